@@ -1,0 +1,27 @@
+# The two set-up commands (README.md): `make run` and `make test`.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+MXMOE := $(BUILD)/mxmoe
+
+.PHONY: deps configure build run test
+deps:
+	@scripts/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: one gpt-oss-20b-shaped MoE layer on synthetic weights, on the
+# best backend this machine has, then a short benchmark.
+run: build
+	$(MXMOE) info
+	$(MXMOE) run --random-weights --seed 1 --experts 32 --hidden 2880 --intermediate 2880 \
+	  --topk 4 --tokens 64 --output $(BUILD)/y.npy
+	$(MXMOE) bench --model gpt-oss-20b --quick --json $(BUILD)/bench.json
+
+# CPU tests always run; GPU tests skip (and say so) where no GPU is present.
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -1,0 +1,62 @@
+// Backends: named implementations of the MoE forward, and the one interface the
+// CLI, the Python op and the tests drive them through.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mxmoe/moe.h"
+#include "mxmoe/status.h"
+
+namespace mxmoe {
+
+enum class BackendKind { kCpu, kPortable, kSm90, kSm100, kSm120 };
+inline constexpr BackendKind kAllBackends[] = {BackendKind::kCpu, BackendKind::kPortable,
+                                               BackendKind::kSm90, BackendKind::kSm100,
+                                               BackendKind::kSm120};
+
+const char* backend_name(BackendKind kind);                        // "cpu", "portable", ...
+std::optional<BackendKind> parse_backend_name(std::string_view);  // not "auto"
+
+enum class ActivationFormat { kBf16, kMxfp8 };
+
+// How w13's 2I rows are ordered in a backend's prepared weights.
+enum class W13Layout {
+  kInterleaved,    // row 2j = gate_j, 2j+1 = up_j (checkpoint order)
+  kStackedUpGate,  // rows [0, I) = up, [I, 2I) = gate (CUTLASS/FlashInfer SwiGLU epilogues)
+  kStackedGateUp,  // rows [0, I) = gate, [I, 2I) = up
+};
+
+// Timing of one forward at a token count (see Backend::time_forward).
+struct ForwardTiming {
+  double median_us = 0;
+  double min_us = 0;
+  int iterations = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+
+  // Synchronous host-to-host forward: x float [T, H] -> y float [T, H].
+  // `routing` may be null (the backend runs the router).
+  virtual Status forward_host(const float* x, int64_t tokens, const RoutingView* routing,
+                              float* y) = 0;
+
+  // Times the forward at `tokens` over `routing_sets` rotated routing sets
+  // (so the experts' weights do not stay in L2). GPU backends time CUDA-graph
+  // replays with events after warm-up and report the median.
+  virtual Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
+                              ForwardTiming* out) = 0;
+};
+
+// Builds `kind` for these (original, unpadded) weights: runs the backend's
+// preparation and, for GPU backends, uploads to the current device.
+Status create_backend(BackendKind kind, const MoeWeightsView& weights,
+                      std::unique_ptr<Backend>* out);
+
+}  // namespace mxmoe

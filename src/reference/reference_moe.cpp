@@ -1,0 +1,172 @@
+// CPU reference MoE forward. Straightforward loops over the same MXFP4 bytes the
+// kernels read; tokens are grouped per expert so each weight row is decoded once
+// and reused for every token routed to that expert.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "mxmoe/format.h"
+#include "mxmoe/reference.h"
+
+namespace mxmoe {
+namespace {
+
+int thread_count(const ReferenceOptions& opt) {
+  return opt.threads > 0 ? opt.threads : omp_get_max_threads();
+}
+
+// Decodes row r of expert e of an MXFP4 matrix into `out` (cols floats).
+void decode_row(const MxMatrixView& m, int64_t e, int64_t r, float* out) {
+  mxfp4_dequantize_row(m.code_row(e, r), m.scale_row(e, r), m.cols, out);
+}
+
+template <typename Acc>
+Acc dot(const float* w, const Acc* x, int64_t n) {
+  Acc s = 0;
+  for (int64_t i = 0; i < n; ++i) s += Acc(w[i]) * x[i];
+  return s;
+}
+
+template <typename Acc>
+void route(const MoeWeightsView& w, const float* x, int64_t tokens, Routing* out, int threads) {
+  const int64_t E = w.shape.experts, H = w.shape.hidden, K = w.shape.topk;
+  out->tokens = tokens;
+  out->topk = K;
+  out->ids.assign(size_t(tokens * K), 0);
+  out->weights.assign(size_t(tokens * K), 0.0f);
+  std::vector<float> router(static_cast<size_t>(E * H));
+  for (int64_t i = 0; i < E * H; ++i) router[size_t(i)] = bf16_to_float(w.router_weight[i]);
+
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<Acc> xt(x + t * H, x + (t + 1) * H);
+    std::vector<Acc> logits(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+      logits[size_t(e)] = dot(router.data() + e * H, xt.data(), H) + Acc(bf16_to_float(w.router_bias[e]));
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    // Highest logit first; equal logits go to the lower expert id.
+    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    });
+    const Acc top = logits[size_t(order[0])];
+    Acc denom = 0;
+    for (int64_t k = 0; k < K; ++k) denom += std::exp(logits[size_t(order[size_t(k)])] - top);
+    for (int64_t k = 0; k < K; ++k) {
+      out->ids[size_t(t * K + k)] = order[size_t(k)];
+      out->weights[size_t(t * K + k)] = float(std::exp(logits[size_t(order[size_t(k)])] - top) / denom);
+    }
+  }
+}
+
+// GPT-OSS SwiGLU on one gate/up pair.
+template <typename Acc>
+Acc swiglu(Acc gate, Acc up, const SwigluParams& p) {
+  const Acc limit = Acc(p.limit), alpha = Acc(p.alpha);
+  const Acc g = std::min(gate, limit);
+  const Acc u = std::clamp(up, -limit, limit);
+  return g / (Acc(1) + std::exp(-alpha * g)) * (u + Acc(1));
+}
+
+template <typename Acc>
+void experts_forward(const MoeWeightsView& w, const float* x, int64_t tokens, const RoutingView& r,
+                     float* y, int threads) {
+  const int64_t E = w.shape.experts, H = w.shape.hidden, I = w.shape.intermediate, K = r.topk;
+
+  // Pairs (token, slot) grouped by expert, in token order within an expert.
+  std::vector<std::vector<int64_t>> pairs(static_cast<size_t>(E));
+  for (int64_t p = 0; p < tokens * K; ++p) pairs[size_t(r.ids[p])].push_back(p);
+
+  std::vector<Acc> out(static_cast<size_t>(tokens * K * H), Acc(0));  // per (token, slot) expert output
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& list = pairs[size_t(e)];
+    const int64_t n = int64_t(list.size());
+    if (n == 0) continue;
+    std::vector<Acc> xs(static_cast<size_t>(n * H));
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(x + (list[size_t(i)] / K) * H, x + (list[size_t(i)] / K + 1) * H, xs.begin() + i * H);
+
+    // GEMM1 + SwiGLU: each thread takes whole gate/up row pairs.
+    std::vector<Acc> act(static_cast<size_t>(n * I));
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> gate_row(static_cast<size_t>(H)), up_row(static_cast<size_t>(H));
+#pragma omp for schedule(static)
+      for (int64_t j = 0; j < I; ++j) {
+        decode_row(w.w13, e, 2 * j, gate_row.data());
+        decode_row(w.w13, e, 2 * j + 1, up_row.data());
+        const Acc bg = Acc(bf16_to_float(w.b13[e * w.b13_expert_stride + 2 * j]));
+        const Acc bu = Acc(bf16_to_float(w.b13[e * w.b13_expert_stride + 2 * j + 1]));
+        for (int64_t i = 0; i < n; ++i) {
+          const Acc g = dot(gate_row.data(), xs.data() + i * H, H) + bg;
+          const Acc u = dot(up_row.data(), xs.data() + i * H, H) + bu;
+          act[size_t(i * I + j)] = swiglu(g, u, w.swiglu);
+        }
+      }
+    }
+    // GEMM2 + bias, unweighted; the routing weight is applied in the combine.
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> row(static_cast<size_t>(I));
+#pragma omp for schedule(static)
+      for (int64_t h = 0; h < H; ++h) {
+        decode_row(w.w2, e, h, row.data());
+        const Acc b = Acc(bf16_to_float(w.b2[e * w.b2_expert_stride + h]));
+        for (int64_t i = 0; i < n; ++i)
+          out[size_t(list[size_t(i)] * H + h)] = dot(row.data(), act.data() + i * I, I) + b;
+      }
+    }
+  }
+  // Combine in slot order: y[t] = sum_k weight[t, k] * out[t, k].
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      Acc s = 0;
+      for (int64_t k = 0; k < K; ++k) s += Acc(r.weights[t * K + k]) * out[size_t((t * K + k) * H + h)];
+      y[t * H + h] = float(s);
+    }
+  }
+}
+
+}  // namespace
+
+Status reference_route(const MoeWeightsView& w, const float* x, int64_t tokens, Routing* out,
+                       const ReferenceOptions& opt) {
+  MXMOE_RETURN_IF_ERROR(validate_shape(w.shape));
+  if (!w.router_weight || !w.router_bias)
+    return Status::InvalidArgument("router: weights not present (pass routing instead)");
+  if (tokens < 0 || (tokens > 0 && !x)) return Status::InvalidArgument("router: bad input");
+  if (opt.fp64) route<double>(w, x, tokens, out, thread_count(opt));
+  else route<float>(w, x, tokens, out, thread_count(opt));
+  return Status::Ok();
+}
+
+Status reference_forward(const MoeWeightsView& w, const float* x, int64_t tokens,
+                         const RoutingView* routing, float* y, const ReferenceOptions& opt) {
+  MXMOE_RETURN_IF_ERROR(validate_weights(w));
+  if (tokens < 0) return Status::InvalidArgument(fmt::format("tokens must be >= 0, got {}", tokens));
+  if (tokens == 0) return Status::Ok();
+  if (!x || !y) return Status::InvalidArgument("reference_forward: null x or y");
+  Routing computed;
+  RoutingView r;
+  if (routing) {
+    if (routing->tokens != tokens)
+      return Status::InvalidArgument(fmt::format("routing has {} tokens, x has {}", routing->tokens, tokens));
+    if (routing->topk <= 0 || routing->topk > w.shape.experts)
+      return Status::InvalidArgument(fmt::format("routing topk {} outside [1, {}]", routing->topk, w.shape.experts));
+    MXMOE_RETURN_IF_ERROR(validate_routing(*routing, w.shape.experts));
+    r = *routing;
+  } else {
+    MXMOE_RETURN_IF_ERROR(reference_route(w, x, tokens, &computed, opt));
+    r = computed.view();
+  }
+  if (opt.fp64) experts_forward<double>(w, x, tokens, r, y, thread_count(opt));
+  else experts_forward<float>(w, x, tokens, r, y, thread_count(opt));
+  return Status::Ok();
+}
+
+}  // namespace mxmoe
