@@ -50,7 +50,7 @@ int run(const BenchOptions& o) {
 
   std::string why;
   const auto devices = list_devices(&why);
-  const std::string device = devices.empty() ? "CPU (" + why + ")" : devices[0].name;
+  const std::string device = devices.empty() ? "CPU" : devices[0].name;
   nlohmann::json report = {{"date", today()}, {"device", device}, {"models", nlohmann::json::array()}};
   std::vector<PlotSeries> plot;
   const uint32_t colors[] = {0x1F77B4, 0xD62728};
