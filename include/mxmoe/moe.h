@@ -117,6 +117,10 @@ struct Routing {
   RoutingView view() const { return {ids.data(), weights.data(), tokens, topk}; }
 };
 
+// Random routing: k distinct experts per token, weights a softmax of random
+// logits. Deterministic in `seed`. Benchmarks rotate several such sets.
+Routing make_random_routing(int64_t tokens, int64_t experts, int64_t topk, uint64_t seed);
+
 // Checks ids in [0, experts) and finite weights.
 Status validate_routing(const RoutingView& r, int64_t experts);
 

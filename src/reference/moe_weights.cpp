@@ -84,28 +84,38 @@ MoeWeightsView MoeWeights::view() const {
 }
 
 MoeWeights make_random_weights(const MoeShape& s, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  // Scale exponents: with E2M1 magnitudes up to 6 and K = H terms, a scale near
-  // 2^-6 keeps w13 x (and w2 a) at O(1..10) for unit-variance x, so the SwiGLU
-  // clamp at 7 is reached by some but not most entries.
-  std::uniform_int_distribution<int> scale(127 - 8, 127 - 5);
-
-  MoeWeights w;
-  w.shape = s;
+  // splitmix64: 8 random bytes per step, so a 120b-sized layer (1.7 GB) fills
+  // in about a second.
+  uint64_t state = seed;
+  auto next = [&state]() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
   auto fill_bytes = [&](std::vector<uint8_t>& v, size_t n) {
     v.resize(n);
-    for (auto& b : v) b = uint8_t(byte(rng));
+    for (size_t i = 0; i < n; i += 8) {
+      const uint64_t r = next();
+      for (size_t b = 0; b < 8 && i + b < n; ++b) v[i + b] = uint8_t(r >> (8 * b));
+    }
   };
+  // Scale exponents 2^-8..2^-5: with E2M1 magnitudes up to 6 (rms ~2.9) and
+  // K = 2880 unit-variance terms, w13 x lands at O(1..5), so the SwiGLU clamp
+  // at 7 is reached by some entries but not most.
   auto fill_scales = [&](std::vector<uint8_t>& v, size_t n) {
-    v.resize(n);
-    for (auto& b : v) b = uint8_t(scale(rng));
+    fill_bytes(v, n);
+    for (auto& b : v) b = uint8_t(119 + (b & 3));
   };
+  std::mt19937_64 rng(seed ^ 0xA5A5A5A5ull);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
   auto fill_bf16 = [&](std::vector<uint16_t>& v, size_t n, float sigma) {
     v.resize(n);
     for (auto& b : v) b = float_to_bf16(sigma * normal(rng));
   };
+
+  MoeWeights w;
+  w.shape = s;
   const size_t E = size_t(s.experts), H = size_t(s.hidden), I = size_t(s.intermediate);
   fill_bf16(w.router_weight, E * H, 1.0f / std::sqrt(float(H)));
   fill_bf16(w.router_bias, E, 0.5f);

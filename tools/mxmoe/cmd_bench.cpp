@@ -1,0 +1,139 @@
+// mxmoe bench: times a backend over a token sweep on GPT-OSS shapes and reports
+// each time against the floor (bytes of the experts touched at the copy
+// bandwidth, or FLOPs at the bf16 GEMM rate).
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "backend_choice.h"
+#include "commands.h"
+#include "mxmoe/device.h"
+#include "plot_png.h"
+#include "roofline.h"
+
+namespace mxmoe::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model = "all";
+  std::string backend = "auto";
+  std::vector<int64_t> tokens;
+  bool quick = false;
+  int routing_sets = 8;
+  int iterations = 0;  // 0: 50 on a GPU, 3 on the CPU
+  uint64_t seed = 1;
+  std::string json, png;
+};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "mxmoe bench: %s\n", s.message().c_str());
+  return 2;
+}
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+int run(const BenchOptions& o) {
+  std::vector<std::pair<std::string, MoeShape>> models;
+  if (o.model == "all" || o.model == "gpt-oss-20b") models.emplace_back("gpt-oss-20b", kGptOss20b);
+  if (o.model == "all" || o.model == "gpt-oss-120b") models.emplace_back("gpt-oss-120b", kGptOss120b);
+  if (o.quick && o.model == "all") models.resize(1);
+
+  std::string why;
+  const auto devices = list_devices(&why);
+  const std::string device = devices.empty() ? "CPU" : devices[0].name;
+  nlohmann::json report = {{"date", today()}, {"device", device}, {"models", nlohmann::json::array()}};
+  std::vector<PlotSeries> plot;
+  const uint32_t colors[] = {0x1F77B4, 0xD62728};
+
+  for (size_t m = 0; m < models.size(); ++m) {
+    const auto& [name, shape] = models[m];
+    BackendKind kind;
+    std::string reason;
+    if (Status s = resolve_backend(o.backend, shape, &kind, &reason); !s.ok()) return fail(s);
+    std::vector<int64_t> tokens = o.tokens;
+    if (tokens.empty())
+      tokens = kind == BackendKind::kCpu || o.quick ? std::vector<int64_t>{1, 4}
+                                                    : std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 4096, 16384};
+    const int iterations = o.iterations > 0 ? o.iterations : (kind == BackendKind::kCpu ? 3 : 50);
+
+    fmt::print("{}: E={} H={} I={} top-{}; backend {} ({}); device {}\n", name, shape.experts, shape.hidden,
+               shape.intermediate, shape.topk, backend_name(kind), reason, device);
+    const MoeWeights weights = make_random_weights(shape, o.seed);
+    std::unique_ptr<Backend> backend;
+    if (Status s = create_backend(kind, weights.view(), &backend); !s.ok()) return fail(s);
+
+    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>8} {:>8}\n", "T", "median_us", "floor_us", "of_floor", "bound",
+               "TFLOP/s", "TB/s");
+    nlohmann::json rows = nlohmann::json::array();
+    PlotSeries measured{name + " " + backend_name(kind), colors[m % 2], false, {}, {}};
+    PlotSeries floor_line{name + " floor", colors[m % 2], true, {}, {}};
+    for (int64_t T : tokens) {
+      ForwardTiming timing;
+      if (Status s = backend->time_forward(T, o.routing_sets, iterations, o.seed, &timing); !s.ok()) return fail(s);
+      std::vector<Routing> sets;
+      for (int i = 0; i < o.routing_sets; ++i)
+        sets.push_back(make_random_routing(T, shape.experts, shape.topk, o.seed + uint64_t(i)));
+      const Floor f = moe_floor(shape, T, mean_experts_touched(sets, shape.experts));
+      const double pct = 100.0 * f.us / timing.median_us;
+      const double tflops = f.flops / timing.median_us * 1e-6;
+      const double tbps = f.bytes / timing.median_us * 1e-6;
+      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>8.1f} {:>8.2f}\n", T, timing.median_us, f.us, pct,
+                 f.memory_bound ? "memory" : "math", tflops, tbps);
+      rows.push_back({{"tokens", T}, {"median_us", timing.median_us}, {"min_us", timing.min_us},
+                      {"iterations", timing.iterations}, {"floor_us", f.us}, {"percent_of_floor", pct},
+                      {"bound", f.memory_bound ? "memory" : "math"}, {"tflops", tflops}, {"tbps", tbps},
+                      {"expert_bytes", f.bytes}, {"flops", f.flops}});
+      measured.x.push_back(double(T)), measured.y.push_back(timing.median_us);
+      floor_line.x.push_back(double(T)), floor_line.y.push_back(f.us);
+    }
+    report["models"].push_back({{"model", name}, {"backend", backend_name(kind)}, {"reason", reason},
+                                {"routing_sets", o.routing_sets}, {"rows", rows}});
+    plot.push_back(measured);
+    plot.push_back(floor_line);
+  }
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    f << report.dump(2) << "\n";
+    if (!f) return fail(Status::IoError(o.json + ": write failed"));
+    fmt::print("wrote {}\n", o.json);
+  }
+  if (!o.png.empty()) {
+    if (Status s = write_loglog_png(o.png, "MXFP4 MOE FORWARD, " + device + ", " + today(), "TOKENS T",
+                                    "TIME (US)", plot);
+        !s.ok())
+      return fail(s);
+    fmt::print("wrote {}\n", o.png);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& parent) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* app = parent.add_subcommand("bench", "Time a backend over a token sweep on GPT-OSS shapes");
+  app->add_option("--model", o->model, "gpt-oss-20b, gpt-oss-120b or all")
+      ->check(CLI::IsMember({"all", "gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();
+  app->add_option("--backend", o->backend, "auto, cpu, portable, sm90, sm100, sm120")->capture_default_str();
+  app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; CPU: 1 4)")->delimiter(',');
+  app->add_flag("--quick", o->quick, "A short smoke run: T = 1, 4 on one model");
+  app->add_option("--routing-sets", o->routing_sets, "Routing sets rotated so weights do not stay in L2")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--iterations", o->iterations, "Timed forwards per T (default 50 GPU, 3 CPU)");
+  app->add_option("--seed", o->seed, "Seed for weights, inputs and routing")->capture_default_str();
+  app->add_option("--json", o->json, "Write the results as JSON");
+  app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");
+  return [o] { return run(*o); };
+}
+
+}  // namespace mxmoe::cli

@@ -1,0 +1,43 @@
+#include "roofline.h"
+
+#include <algorithm>
+
+#include "mxmoe/format.h"
+
+namespace mxmoe::cli {
+
+double expert_bytes(const MoeShape& s) {
+  const double H = double(s.hidden), I = double(s.intermediate);
+  const double w13 = 2 * I * H / 2 + 2 * I * H / kMxBlock + 2 * I * 2;
+  const double w2 = H * I / 2 + H * I / kMxBlock + H * 2;
+  return w13 + w2;
+}
+
+double moe_flops(const MoeShape& s, int64_t tokens) {
+  const double H = double(s.hidden), I = double(s.intermediate);
+  return 2.0 * double(tokens) * double(s.topk) * (2 * I * H + H * I);
+}
+
+double mean_experts_touched(const std::vector<Routing>& sets, int64_t experts) {
+  if (sets.empty()) return 0;
+  double total = 0;
+  for (const Routing& r : sets) {
+    std::vector<bool> used(size_t(experts), false);
+    for (int32_t id : r.ids) used[size_t(id)] = true;
+    total += double(std::count(used.begin(), used.end(), true));
+  }
+  return total / double(sets.size());
+}
+
+Floor moe_floor(const MoeShape& s, int64_t tokens, double experts_touched) {
+  Floor f;
+  f.bytes = experts_touched * expert_bytes(s);
+  f.flops = moe_flops(s, tokens);
+  const double mem_us = f.bytes / kCopyBytesPerSecond * 1e6;
+  const double math_us = f.flops / kBf16FlopsPerSecond * 1e6;
+  f.memory_bound = mem_us >= math_us;
+  f.us = std::max(mem_us, math_us);
+  return f;
+}
+
+}  // namespace mxmoe::cli
