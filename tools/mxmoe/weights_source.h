@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,9 @@ struct WeightsOptions {
   uint64_t seed = 1;
   std::string model;  // gpt-oss-20b / gpt-oss-120b presets for the shape
   MoeShape shape{32, 2880, 2880, 4};
+  std::string checkpoint;              // GPT-OSS safetensors file or folder
+  int64_t layer = 0;                   // which layer of --checkpoint
+  std::optional<int64_t> topk_given;   // --topk when passed (overrides the checkpoint's)
 };
 
 void add_weights_options(CLI::App& app, WeightsOptions& o);
