@@ -303,6 +303,34 @@ TEST(CheckpointErrors, IndexProblems) {
   expect_error(load_layer(dir.path, 0), {"model.safetensors.index.json", "JSON"});
 }
 
+TEST(CheckpointLoadShards, FolderWithoutIndexListsTheShards) {
+  TempDir dir;
+  auto layers = make_layers(2, 15);
+  const auto files = testing::write_gpt_oss_tensors(dir.path, layers, Naming::kOpenai, 3);
+  fs::remove(dir.path / "model.safetensors.index.json");
+  write_config(dir.path, kShape, 2, Naming::kOpenai);
+  std::unique_ptr<Checkpoint> c;
+  ASSERT_TRUE(Checkpoint::open(dir.path.string(), std::nullopt, &c).ok());
+  EXPECT_EQ(c->info().files.size(), 3u);
+  MoeWeightsView v;
+  ASSERT_TRUE(c->layer(1, &v).ok());
+  EXPECT_EQ(0, std::memcmp(v.w2.codes, layers[1].w2_codes.data(), layers[1].w2_codes.size()));
+  // The same tensor in two shards is ambiguous without an index.
+  fs::copy_file(files[0], dir.path / "zz-duplicate.safetensors");
+  expect_error(Checkpoint::open(dir.path.string(), std::nullopt, &c), {"zz-duplicate", "in both"});
+}
+
+TEST(CheckpointErrors, ConfigValues) {
+  TempDir dir;
+  write_edited(dir, 16, [](auto&) {});
+  testing::write_file(dir.path / "config.json", R"({"hidden_size": 1e300})");
+  expect_error(load_layer(dir.path, 0), {"config.json", "hidden_size"});
+  testing::write_file(dir.path / "config.json", R"({"num_local_experts": 9223372036854775807})");
+  expect_error(load_layer(dir.path, 0), {"config.json", "num_local_experts"});
+  testing::write_file(dir.path / "config.json", "{");
+  expect_error(load_layer(dir.path, 0), {"config.json", "JSON"});
+}
+
 TEST(CheckpointErrors, NotACheckpoint) {
   TempDir dir;
   expect_error(load_layer(dir.path, 0), {"no .safetensors files"});

@@ -155,8 +155,11 @@ Status infer_shape(const Checkpoint::Impl& c, MoeShape* shape) {
       return Status::IoError(fmt::format("{}: tensor '{}' not found (needed to infer the shape)",
                                          c.path, name));
     *t = c.files[it->second].header.find(name);
-    if ((*t)->shape.size() != 4 || (*t)->shape[3] != 16)
-      return Status::IoError(fmt::format("{}: tensor '{}' has shape {}, expected [experts, rows, blocks, 16]",
+    // Dimensions of a tensor with a zero-sized axis are not bounded by the file
+    // size; require non-empty tensors so the products below cannot overflow.
+    const auto& d = (*t)->shape;
+    if (d.size() != 4 || d[3] != 16 || d[0] <= 0 || d[1] <= 0 || d[2] <= 0)
+      return Status::IoError(fmt::format("{}: tensor '{}' has shape {}, expected non-empty [experts, rows, blocks, 16]",
                                          c.files[it->second].path(), name, shape_string((*t)->shape)));
     return Status::Ok();
   };

@@ -71,6 +71,7 @@ std::optional<GptOssLayout> detect_gpt_oss_layout(const std::vector<std::string>
 }
 
 Status parse_gpt_oss_config(const std::string& text, const std::string& file, GptOssConfig* out) {
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
   using nlohmann::json;
   *out = GptOssConfig{};
   const json doc = json::parse(text, nullptr, false);
@@ -84,8 +85,10 @@ Status parse_gpt_oss_config(const std::string& text, const std::string& file, Gp
     for (const char* k : keys) {
       const auto it = doc.find(k);
       if (it == doc.end() || it->is_null()) continue;
-      if (!it->is_number_integer() || it->get<int64_t>() <= 0)
-        return Status::IoError(fmt::format("{}: '{}' must be a positive integer", file, k));
+      // The cap keeps products like E * 2I * H/2 far from int64 overflow.
+      if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > kMaxDim)
+        return Status::IoError(
+            fmt::format("{}: '{}' must be an integer in [1, {}]", file, k, kMaxDim));
       *dst = it->get<int64_t>();
       return Status::Ok();
     }
