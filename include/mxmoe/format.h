@@ -64,7 +64,8 @@ enum class MxScaleRule {
 // holds NaN or Inf.
 bool mxfp4_quantize_row(const float* x, int64_t k, uint8_t* codes, uint8_t* scales,
                         MxScaleRule rule = MxScaleRule::kOcp);
-// Dequantize k elements; a block with scale 0xFF yields NaN.
+// Dequantize k elements; a block with scale 0xFF yields NaN; products beyond
+// float range (e.g. 4 * 2^127) become +-Inf.
 void mxfp4_dequantize_row(const uint8_t* codes, const uint8_t* scales, int64_t k, float* out);
 
 // MXFP8 (E4M3 elements, one byte each; E8M0 scale per 32).

@@ -46,16 +46,16 @@ Status load_input(const RunOptions& o, int64_t hidden, NpyArray* x) {
 }
 
 int run(const RunOptions& o) {
+  // Cheap checks first: the backend name and the input file, before any weights.
+  BackendKind kind;
+  std::string reason;
+  if (Status s = resolve_backend(o.backend, o.weights.shape, &kind, &reason); !s.ok()) return fail(s);
+  NpyArray x;
+  if (Status s = load_input(o, o.weights.shape.hidden, &x); !s.ok()) return fail(s);
   LoadedWeights w;
   if (Status s = load_weights(o.weights, &w); !s.ok()) return fail(s);
   const MoeShape& shape = w.view.shape;
-  NpyArray x;
-  if (Status s = load_input(o, shape.hidden, &x); !s.ok()) return fail(s);
   const int64_t T = x.shape[0];
-
-  BackendKind kind;
-  std::string reason;
-  if (Status s = resolve_backend(o.backend, shape, &kind, &reason); !s.ok()) return fail(s);
   std::unique_ptr<Backend> backend;
   if (Status s = create_backend(kind, w.view, &backend); !s.ok()) return fail(s);
 
