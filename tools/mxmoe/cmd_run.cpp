@@ -30,31 +30,25 @@ int fail(const Status& s) {
 
 // x: from --input (float32 [T, H]) or N(0, 1) in --seed.
 Status load_input(const RunOptions& o, int64_t hidden, NpyArray* x) {
-  if (o.input.empty()) {
-    std::mt19937_64 rng(o.weights.seed + 1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    x->shape = {o.tokens, hidden};
-    x->data.resize(size_t(o.tokens * hidden));
-    for (auto& v : x->data) v = normal(rng);
-    return Status::Ok();
-  }
-  MXMOE_RETURN_IF_ERROR(read_npy_f32(o.input, x));
-  if (x->shape.size() != 2 || x->shape[1] != hidden)
-    return Status::InvalidArgument(fmt::format("{}: shape is {}, expected [T, {}]", o.input,
-                                               fmt::join(x->shape, "x"), hidden));
+  if (!o.input.empty()) return read_npy_f32_matrix(o.input, hidden, x);
+  std::mt19937_64 rng(o.weights.seed + 1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  x->shape = {o.tokens, hidden};
+  x->data.resize(size_t(o.tokens * hidden));
+  for (auto& v : x->data) v = normal(rng);
   return Status::Ok();
 }
 
 int run(const RunOptions& o) {
-  // Cheap checks first: the backend name and the input file, before any weights.
   BackendKind kind;
   std::string reason;
   if (Status s = resolve_backend(o.backend, o.weights.shape, &kind, &reason); !s.ok()) return fail(s);
-  NpyArray x;
-  if (Status s = load_input(o, o.weights.shape.hidden, &x); !s.ok()) return fail(s);
+  // H is known only once the weights are open (a checkpoint carries its own).
   LoadedWeights w;
   if (Status s = load_weights(o.weights, &w); !s.ok()) return fail(s);
   const MoeShape& shape = w.view.shape;
+  NpyArray x;
+  if (Status s = load_input(o, shape.hidden, &x); !s.ok()) return fail(s);
   const int64_t T = x.shape[0];
   std::unique_ptr<Backend> backend;
   if (Status s = create_backend(kind, w.view, &backend); !s.ok()) return fail(s);
