@@ -42,24 +42,32 @@ float block_amax(const float* x) {
   return amax;
 }
 
-}  // namespace
-
-bool mxfp4_quantize_row(const float* x, int64_t k, uint8_t* codes, uint8_t* scales,
-                        MxScaleRule rule) {
+// Scales each 32-block of x by its shared scale and hands the scaled values to
+// `store(index, value)`. `elem_emax`/`elem_max` describe the element format.
+template <typename Store>
+bool quantize_blocks(const float* x, int64_t k, uint8_t* scales, MxScaleRule rule, int elem_emax,
+                     float elem_max, Store store) {
   if (k % kMxBlock != 0 || !all_finite(x, k)) return false;
   for (int64_t b = 0; b < k / kMxBlock; ++b) {
     const float* blk = x + b * kMxBlock;
     const float amax = block_amax(blk);
-    const uint8_t s = amax == 0.0f ? kE8M0Neutral : block_scale(amax, rule, 2, kE2M1Max);
+    const uint8_t s = amax == 0.0f ? kE8M0Neutral : block_scale(amax, rule, elem_emax, elem_max);
     scales[b] = s;
     const float inv = std::ldexp(1.0f, 127 - int(s));  // exact power of two
-    for (int i = 0; i < kMxBlock; i += 2) {
-      const uint8_t lo = float_to_e2m1(blk[i] * inv);
-      const uint8_t hi = float_to_e2m1(blk[i + 1] * inv);
-      codes[(b * kMxBlock + i) / 2] = uint8_t(lo | (hi << 4));
-    }
+    for (int i = 0; i < kMxBlock; ++i) store(b * kMxBlock + i, blk[i] * inv);
   }
   return true;
+}
+
+}  // namespace
+
+bool mxfp4_quantize_row(const float* x, int64_t k, uint8_t* codes, uint8_t* scales,
+                        MxScaleRule rule) {
+  return quantize_blocks(x, k, scales, rule, 2, kE2M1Max, [codes](int64_t i, float v) {
+    const uint8_t code = float_to_e2m1(v);
+    uint8_t& byte = codes[i / 2];
+    byte = (i & 1) ? uint8_t((byte & 0x0F) | (code << 4)) : uint8_t((byte & 0xF0) | code);
+  });
 }
 
 void mxfp4_dequantize_row(const uint8_t* codes, const uint8_t* scales, int64_t k, float* out) {
@@ -69,16 +77,8 @@ void mxfp4_dequantize_row(const uint8_t* codes, const uint8_t* scales, int64_t k
 
 bool mxfp8_quantize_row(const float* x, int64_t k, uint8_t* codes, uint8_t* scales,
                         MxScaleRule rule) {
-  if (k % kMxBlock != 0 || !all_finite(x, k)) return false;
-  for (int64_t b = 0; b < k / kMxBlock; ++b) {
-    const float* blk = x + b * kMxBlock;
-    const float amax = block_amax(blk);
-    const uint8_t s = amax == 0.0f ? kE8M0Neutral : block_scale(amax, rule, 8, kE4M3Max);
-    scales[b] = s;
-    const float inv = std::ldexp(1.0f, 127 - int(s));
-    for (int i = 0; i < kMxBlock; ++i) codes[b * kMxBlock + i] = float_to_e4m3(blk[i] * inv);
-  }
-  return true;
+  return quantize_blocks(x, k, scales, rule, 8, kE4M3Max,
+                         [codes](int64_t i, float v) { codes[i] = float_to_e4m3(v); });
 }
 
 void mxfp8_dequantize_row(const uint8_t* codes, const uint8_t* scales, int64_t k, float* out) {
