@@ -12,6 +12,7 @@
 // The test asserts that premise (fp32 and fp64 references agree bitwise) before
 // comparing shards, so a change that breaks exactness fails loudly.
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -90,18 +91,37 @@ void expect_sum_equals(const std::vector<double>& acc, const std::vector<float>&
   EXPECT_EQ(mismatches, 0);
 }
 
+// Weights, inputs, routing and the plain output of one case, built once.
+struct CaseData {
+  MoeWeights w;
+  std::vector<float> x;
+  Routing r;
+  std::vector<float> y;
+};
+const CaseData& case_data(const Case& c, int64_t T, uint64_t seed) {
+  static std::map<uint64_t, CaseData> cache;
+  auto it = cache.find(seed);
+  if (it != cache.end()) return it->second;
+  CaseData d;
+  d.w = make_exact_weights({c.experts, c.h, c.i, c.topk}, seed);
+  d.x = make_exact_x(T * c.h, seed + 100);
+  d.r = make_exact_routing(T, c.experts, c.topk, seed + 200);
+  d.y = plain_forward(d.w, d.x, T, d.r);
+  return cache.emplace(seed, std::move(d)).first->second;
+}
+
 class TensorParallel : public ::testing::TestWithParam<std::tuple<BackendKind, int, int>> {};
 const Case kTpCases[] = {{4, 160, 160, 2}, {4, 320, 224, 2}, {2, 2880, 736, 2}, {1, 2880, 2880, 1}};
 
 TEST_P(TensorParallel, RanksHoldAlignedSlicesAndSumToTheUnshardedOutput) {
   const auto [b, ci, size] = GetParam();
   const Case c = kTpCases[ci];
-  const MoeShape shape{c.experts, c.h, c.i, c.topk};
-  const MoeWeights w = make_exact_weights(shape, 300 + uint64_t(ci));
   const int64_t T = 3;
-  const auto x = make_exact_x(T * c.h, 400 + uint64_t(ci));
-  const Routing r = make_exact_routing(T, c.experts, c.topk, 500 + uint64_t(ci));
-  const std::vector<float> y = plain_forward(w, x, T, r);
+  const CaseData& d = case_data(c, T, 300 + uint64_t(ci));
+  const MoeWeights& w = d.w;
+  const auto& x = d.x;
+  const Routing& r = d.r;
+  const std::vector<float>& y = d.y;
 
   const int64_t a = std::lcm(int64_t(32), backend_alignment(b).intermediate);
   const int64_t padded_i = tensor_parallel_intermediate(b, c.i, size);
@@ -153,12 +173,12 @@ const Case kEpCases[] = {{8, 160, 160, 4}, {6, 320, 224, 3}, {4, 2880, 736, 2}};
 TEST_P(ExpertParallel, RanksHoldExpertRangesAndSumToTheUnshardedOutput) {
   const auto [b, ci, size] = GetParam();
   const Case c = kEpCases[ci];
-  const MoeShape shape{c.experts, c.h, c.i, c.topk};
-  const MoeWeights w = make_exact_weights(shape, 600 + uint64_t(ci));
   const int64_t T = 5;
-  const auto x = make_exact_x(T * c.h, 700 + uint64_t(ci));
-  const Routing r = make_exact_routing(T, c.experts, c.topk, 800 + uint64_t(ci));
-  const std::vector<float> y = plain_forward(w, x, T, r);
+  const CaseData& d = case_data(c, T, 600 + uint64_t(ci));
+  const MoeWeights& w = d.w;
+  const auto& x = d.x;
+  const Routing& r = d.r;
+  const std::vector<float>& y = d.y;
 
   std::vector<double> acc(y.size(), 0.0);
   int64_t next_expert = 0;
