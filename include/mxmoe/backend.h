@@ -23,12 +23,7 @@ std::optional<BackendKind> parse_backend_name(std::string_view);  // not "auto"
 
 enum class ActivationFormat { kBf16, kMxfp8 };
 
-// How w13's 2I rows are ordered in a backend's prepared weights.
-enum class W13Layout {
-  kInterleaved,    // row 2j = gate_j, 2j+1 = up_j (checkpoint order)
-  kStackedUpGate,  // rows [0, I) = up, [I, 2I) = gate (CUTLASS/FlashInfer SwiGLU epilogues)
-  kStackedGateUp,  // rows [0, I) = gate, [I, 2I) = up
-};
+// W13Layout (how w13's 2I rows are ordered) lives in mxmoe/moe.h, with the views.
 
 // Timing of one forward at a token count (see Backend::time_forward).
 struct ForwardTiming {

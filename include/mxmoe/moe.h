@@ -3,6 +3,7 @@
 //
 // Per expert e (GPT-OSS checkpoint order):
 //   w13 [2I, H]  MXFP4, rows interleaved: row 2j = gate_j, row 2j+1 = up_j
+//                (prepared weights may stack the halves instead: see W13Layout)
 //   b13 [2I]     bf16
 //   w2  [H, I]   MXFP4
 //   b2  [H]      bf16
@@ -29,6 +30,21 @@ struct MoeShape {
 // gpt-oss-20b / gpt-oss-120b MoE block shapes.
 inline constexpr MoeShape kGptOss20b{32, 2880, 2880, 4};
 inline constexpr MoeShape kGptOss120b{128, 2880, 2880, 4};
+
+// How w13's 2I rows (and b13's 2I entries) are ordered for one expert.
+enum class W13Layout {
+  kInterleaved,    // row 2j = gate_j, 2j+1 = up_j (checkpoint order)
+  kStackedUpGate,  // rows [0, I) = up, [I, 2I) = gate (CUTLASS/FlashInfer SwiGLU epilogues)
+  kStackedGateUp,  // rows [0, I) = gate, [I, 2I) = up
+};
+
+// Row of w13 (and entry of b13) holding gate_j or up_j, for intermediate size I.
+inline constexpr int64_t w13_gate_row(W13Layout l, int64_t I, int64_t j) {
+  return l == W13Layout::kInterleaved ? 2 * j : l == W13Layout::kStackedUpGate ? I + j : j;
+}
+inline constexpr int64_t w13_up_row(W13Layout l, int64_t I, int64_t j) {
+  return l == W13Layout::kInterleaved ? 2 * j + 1 : l == W13Layout::kStackedUpGate ? j : I + j;
+}
 
 struct SwigluParams {
   float alpha = 1.702f;
@@ -79,6 +95,7 @@ struct MoeWeightsView {
   const uint16_t* b2 = nullptr;             // bf16 [E, H]
   int64_t b13_expert_stride = 0;            // elements; dense: 2I
   int64_t b2_expert_stride = 0;             // elements; dense: H
+  W13Layout w13_layout = W13Layout::kInterleaved;  // order of w13 rows and b13 entries
 };
 
 // Checks pointers are non-null and view extents agree with the shape.
@@ -93,6 +110,7 @@ struct MoeWeights {
   std::vector<uint16_t> b13;                   // [E, 2I]
   std::vector<uint8_t> w2_codes, w2_scales;    // [E, H, I/2], [E, H, I/32]
   std::vector<uint16_t> b2;                    // [E, H]
+  W13Layout w13_layout = W13Layout::kInterleaved;
 
   MoeWeightsView view() const;
 };

@@ -1,14 +1,25 @@
 // Weight preparation: a plan per (backend, shape) and the padded, re-laid-out
-// copy of the weights a backend reads.
+// copy of the weights a backend reads; tensor- and expert-parallel shards of it.
 //
 // Padding invariants (checked bit-exactly by the tests):
 //   - padded E2M1 positions hold code 0 (+0.0);
-//   - padded E8M0 scale positions hold 127 (1.0), never 0xFF (NaN);
+//   - padded E8M0 scale positions hold 127 (1.0), never 0xFF (NaN): a tile that
+//     multiplies padded codes by a padded scale gets 0 * 1.0 = 0, where 0xFF
+//     would give 0 * NaN = NaN;
 //   - padded bias entries are 0; padded router columns are 0;
 //   - every tensor is allocated up to its readable extent, so tile loops of the
-//     backend never read outside the allocation, even without masks.
+//     backend never read outside the allocation, even without masks; the bytes
+//     past the dense stack hold the same neutral padding.
 // A padded intermediate column j has zero weights and zero bias, so h = 0,
-// g = 0 and a_j = 0: it contributes nothing to w2's product.
+// g = 0 and a_j = 0: it contributes nothing to w2's product. A padded hidden
+// row of w2 has zero weights and zero bias, so its output is 0; backends write
+// outputs only for the real H.
+//
+// Prepared layout (what the portable CUDA backend reads; keep stable):
+//   w13 codes  [E, 2*Ip, Hp/2]   scales [E, 2*Ip, Hp/32]   b13 [E, 2*Ip]
+//   w2  codes  [E, Hp,   Ip/2]   scales [E, Hp,   Ip/32]   b2  [E, Hp]
+// followed, in each weight tensor, by `prefetch_rows` neutral rows (see
+// TileOverreach). w13 rows are ordered per plan.w13_layout.
 #pragma once
 
 #include <cstdint>
@@ -20,29 +31,60 @@
 
 namespace mxmoe {
 
-// Per-dimension alignment a backend's tile loops need (multiples of 32).
+// Per-dimension alignment a backend's tile loops need (multiples of 32). The
+// plan pads H and I to these, so every K step and every N tile of the main
+// loops lies inside the padded tensor: a K tile wider than the alignment would
+// read the next row's bytes, so a backend declares its K tile here.
 struct BackendAlignment {
   int64_t hidden = 32;
   int64_t intermediate = 32;
 };
 BackendAlignment backend_alignment(BackendKind kind);
 
+// Reads a backend's loops may issue past the last row of the last expert of a
+// weight tensor: a software pipeline that loads stage s+1 before testing the
+// loop exit reads one tile of rows that is never used. The plan allocates them
+// and fills them with neutral padding, so the read stays inside the allocation.
+struct TileOverreach {
+  int64_t prefetch_rows = 0;  // whole rows (of the padded width) past the end
+};
+TileOverreach backend_overreach(BackendKind kind);
+
+// Kernel-specific re-orderings of the prepared bytes beyond the w13 row order
+// (e.g. a tensor-core-friendly scale swizzle). A kernel that needs one adds a
+// value here, sets it in its backend's plan function (src/prepare/plan.cpp) and
+// implements it in prepare_weights; until then every plan is kNone.
+enum class WeightSwizzle { kNone };
+
 struct PreparePlan {
   BackendKind backend = BackendKind::kCpu;
-  MoeShape shape;  // original shape
+  MoeShape shape;  // original shape (of this shard, for a shard's plan)
   int64_t hidden_padded = 0;
   int64_t intermediate_padded = 0;
   W13Layout w13_layout = W13Layout::kInterleaved;
-  // Readable extent of each prepared tensor in bytes (== its allocation size).
+  WeightSwizzle swizzle = WeightSwizzle::kNone;
+  int64_t prefetch_rows = 0;  // neutral rows after each weight tensor's dense stack
+  // Readable extent of each prepared tensor in bytes (== its allocation size):
+  // the dense padded stack plus `prefetch_rows` rows.
   int64_t w13_codes_bytes = 0, w13_scales_bytes = 0;
   int64_t w2_codes_bytes = 0, w2_scales_bytes = 0;
 
   MoeShape padded_shape() const {
     return {shape.experts, hidden_padded, intermediate_padded, shape.topk};
   }
+  // Bytes the prepared weights hold: the four weight tensors at their extents
+  // plus the bf16 biases (router excluded: it is not per-expert).
+  int64_t prepared_bytes() const;
 };
 
+// The plan `backend` uses for `shape`: padded H and I, its w13 layout, extents.
 PreparePlan make_plan(BackendKind backend, const MoeShape& shape);
+// Recomputes the extents of `plan` after a caller changed its padding, layout or
+// prefetch rows (e.g. to prepare a stacked layout for a test or another kernel).
+void update_extents(PreparePlan* plan);
+
+// Bytes of the original (dense, unpadded) expert weights and biases.
+int64_t original_bytes(const MoeShape& shape);
 
 struct PreparedWeights {
   PreparePlan plan;
@@ -50,7 +92,44 @@ struct PreparedWeights {
   MoeWeightsView view() const { return weights.view(); }
 };
 
+// `original` may be in any W13Layout (the checkpoint's is interleaved).
 Status prepare_weights(const PreparePlan& plan, const MoeWeightsView& original,
                        PreparedWeights* out);
+
+// ---- Sharding ----------------------------------------------------------------
+//
+// Tensor parallel: rank r of `size` holds intermediate columns
+// [r * Ir, (r + 1) * Ir) of I padded to round_up(I, size * lcm(32, a)), where a
+// is the backend's intermediate alignment, so every rank's slice is whole
+// 32-blocks and already aligned (Ir = padded I / size). gate_j and up_j stay on
+// the same rank (SwiGLU pairs them); w2's K columns follow the same slice. b2 is
+// added by rank 0 only; the others hold b2 = 0. The sum over ranks of the
+// per-rank outputs is the unsharded output.
+//
+// Expert parallel: rank r holds the contiguous experts
+// [r * E / size, (r + 1) * E / size), whole. Routing to other experts
+// contributes zero on this rank (see localize_routing).
+struct WeightShard {
+  int rank = 0, size = 1;
+  int64_t expert_offset = 0;       // global id of local expert 0
+  int64_t global_experts = 0;      // E of the unsharded layer
+  int64_t intermediate_offset = 0;  // first (padded) intermediate column held
+  PreparedWeights prepared;        // plan.shape is this shard's shape
+};
+
+// Padded I the tensor-parallel split of `backend` uses, before slicing.
+int64_t tensor_parallel_intermediate(BackendKind backend, int64_t intermediate, int size);
+
+Status shard_tensor_parallel(BackendKind backend, const MoeWeightsView& original, int rank,
+                             int size, WeightShard* out);
+Status shard_expert_parallel(BackendKind backend, const MoeWeightsView& original, int rank,
+                             int size, WeightShard* out);
+
+// Routing for an expert-parallel shard, from routing with global expert ids:
+// each token keeps its slots on the shard's experts (ids made local, in slot
+// order); the remaining slots get local id 0 with weight 0, which adds an exact
+// zero. topk becomes min(topk, local experts); a token with more slots on the
+// shard than that (repeated ids) is an error.
+Status localize_routing(const RoutingView& global, const WeightShard& shard, Routing* out);
 
 }  // namespace mxmoe

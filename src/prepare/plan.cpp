@@ -1,10 +1,44 @@
-// Preparation plans: padded shapes and readable extents per backend.
+// Preparation plans: padded shapes, w13 layout and readable extents per backend.
+// Each backend has one plan function; kernel work changes its backend's entry
+// (alignment, overreach, layout, swizzle) and nothing else.
+#include <numeric>
+
 #include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
 
 namespace mxmoe {
 namespace {
+
 int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+PreparePlan base_plan(BackendKind backend, const MoeShape& shape) {
+  const BackendAlignment a = backend_alignment(backend);
+  PreparePlan p;
+  p.backend = backend;
+  p.shape = shape;
+  p.hidden_padded = round_up(shape.hidden, a.hidden);
+  p.intermediate_padded = round_up(shape.intermediate, a.intermediate);
+  p.prefetch_rows = backend_overreach(backend).prefetch_rows;
+  return p;
+}
+
+// cpu: the reference loops read exactly the real rows; interleaved as loaded.
+PreparePlan plan_cpu(const MoeShape& shape) { return base_plan(BackendKind::kCpu, shape); }
+
+// portable: the mma.sync kernel reads the interleaved rows so one warp's N tile
+// holds gate_j and up_j side by side and applies SwiGLU in registers.
+PreparePlan plan_portable(const MoeShape& shape) {
+  return base_plan(BackendKind::kPortable, shape);
+}
+
+// sm90 / sm100 / sm120: CUTLASS-style grouped GEMMs whose fused SwiGLU epilogue
+// takes the two halves of the N dimension as [up; gate].
+PreparePlan plan_stacked(BackendKind backend, const MoeShape& shape) {
+  PreparePlan p = base_plan(backend, shape);
+  p.w13_layout = W13Layout::kStackedUpGate;
+  return p;
+}
+
 }  // namespace
 
 BackendAlignment backend_alignment(BackendKind kind) {
@@ -12,6 +46,10 @@ BackendAlignment backend_alignment(BackendKind kind) {
     case BackendKind::kCpu: return {32, 32};
     // portable: 64-row weight tiles (N) and 64-wide K steps (two scale blocks).
     case BackendKind::kPortable: return {64, 64};
+    // wgmma / tcgen05 / sm120 block-scaled MMA: 128-wide K tiles (four scale
+    // blocks per TMA box) and 128-row N tiles. H = 2880 is 64 past a multiple
+    // of 128, so it pads to 2944 rather than letting the last K tile read 64
+    // elements (2 scale bytes) of the next row.
     case BackendKind::kSm90:
     case BackendKind::kSm100:
     case BackendKind::kSm120: return {128, 128};
@@ -19,20 +57,59 @@ BackendAlignment backend_alignment(BackendKind kind) {
   return {32, 32};
 }
 
-PreparePlan make_plan(BackendKind backend, const MoeShape& shape) {
-  const BackendAlignment a = backend_alignment(backend);
+TileOverreach backend_overreach(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kCpu:
+    case BackendKind::kPortable: return {0};  // loads are issued only for tiles in range
+    // TMA pipelines issue the next stage's 128-row box before the loop test;
+    // at the last tile of the last expert that box lies past the stack.
+    case BackendKind::kSm90:
+    case BackendKind::kSm100:
+    case BackendKind::kSm120: return {128};
+  }
+  return {0};
+}
+
+void update_extents(PreparePlan* p) {
+  const int64_t E = p->shape.experts, Hp = p->hidden_padded, Ip = p->intermediate_padded;
+  const int64_t w13_rows = E * 2 * Ip + p->prefetch_rows;
+  const int64_t w2_rows = E * Hp + p->prefetch_rows;
+  p->w13_codes_bytes = w13_rows * (Hp / 2);
+  p->w13_scales_bytes = w13_rows * (Hp / kMxBlock);
+  p->w2_codes_bytes = w2_rows * (Ip / 2);
+  p->w2_scales_bytes = w2_rows * (Ip / kMxBlock);
+}
+
+int64_t PreparePlan::prepared_bytes() const {
+  const int64_t bias_bytes = 2 * shape.experts * (2 * intermediate_padded + hidden_padded);
+  return w13_codes_bytes + w13_scales_bytes + w2_codes_bytes + w2_scales_bytes + bias_bytes;
+}
+
+int64_t original_bytes(const MoeShape& s) {
   PreparePlan p;
-  p.backend = backend;
-  p.shape = shape;
-  p.hidden_padded = round_up(shape.hidden, a.hidden);
-  p.intermediate_padded = round_up(shape.intermediate, a.intermediate);
-  p.w13_layout = W13Layout::kInterleaved;
-  const int64_t E = shape.experts, Hp = p.hidden_padded, Ip = p.intermediate_padded;
-  p.w13_codes_bytes = E * 2 * Ip * Hp / 2;
-  p.w13_scales_bytes = E * 2 * Ip * Hp / kMxBlock;
-  p.w2_codes_bytes = E * Hp * Ip / 2;
-  p.w2_scales_bytes = E * Hp * Ip / kMxBlock;
+  p.shape = s;
+  p.hidden_padded = s.hidden;
+  p.intermediate_padded = s.intermediate;
+  update_extents(&p);
+  return p.prepared_bytes();
+}
+
+PreparePlan make_plan(BackendKind backend, const MoeShape& shape) {
+  PreparePlan p;
+  switch (backend) {
+    case BackendKind::kCpu: p = plan_cpu(shape); break;
+    case BackendKind::kPortable: p = plan_portable(shape); break;
+    case BackendKind::kSm90:
+    case BackendKind::kSm100:
+    case BackendKind::kSm120: p = plan_stacked(backend, shape); break;
+  }
+  update_extents(&p);
   return p;
+}
+
+int64_t tensor_parallel_intermediate(BackendKind backend, int64_t intermediate, int size) {
+  const int64_t a = std::lcm(int64_t(kMxBlock), backend_alignment(backend).intermediate);
+  return round_up(intermediate, int64_t(size) * a);
 }
 
 }  // namespace mxmoe

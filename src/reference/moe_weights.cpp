@@ -80,6 +80,7 @@ MoeWeightsView MoeWeights::view() const {
                              s.intermediate);
   v.b2 = b2.data();
   v.b2_expert_stride = s.hidden;
+  v.w13_layout = w13_layout;
   return v;
 }
 

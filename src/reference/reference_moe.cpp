@@ -115,10 +115,11 @@ void experts_forward(const MoeWeightsView& w, const float* x, int64_t tokens, co
       std::vector<float> gate_row(static_cast<size_t>(H)), up_row(static_cast<size_t>(H));
 #pragma omp for schedule(static)
       for (int64_t j = 0; j < I; ++j) {
-        decode_row(w.w13, e, 2 * j, gate_row.data());
-        decode_row(w.w13, e, 2 * j + 1, up_row.data());
-        const Acc bg = Acc(bf16_to_float(w.b13[e * w.b13_expert_stride + 2 * j]));
-        const Acc bu = Acc(bf16_to_float(w.b13[e * w.b13_expert_stride + 2 * j + 1]));
+        const int64_t gr = w13_gate_row(w.w13_layout, I, j), ur = w13_up_row(w.w13_layout, I, j);
+        decode_row(w.w13, e, gr, gate_row.data());
+        decode_row(w.w13, e, ur, up_row.data());
+        const Acc bg = Acc(bf16_to_float(w.b13[e * w.b13_expert_stride + gr]));
+        const Acc bu = Acc(bf16_to_float(w.b13[e * w.b13_expert_stride + ur]));
         for (int64_t i = 0; i < n; ++i) {
           const Acc g = dot(gate_row.data(), xs.data() + i * H, H) + bg;
           const Acc u = dot(up_row.data(), xs.data() + i * H, H) + bu;

@@ -1,0 +1,93 @@
+// Choosing a backend: one pure function of (device SM, CUDA code compiled in,
+// weight format, shape, override) -> (backend, reason) or an error.
+//
+// Auto table (first backend of the device's list that can run; the reason says
+// why each earlier one could not):
+//   SM90            -> sm90, portable, cpu
+//   SM100, SM103    -> sm100, portable, cpu
+//   SM120, SM121    -> sm120, portable, cpu
+//   other SM >= 80  -> portable, cpu          (SM80/86/87/89, SM110, ...)
+//   SM < 80 or none -> cpu
+// A backend can run when it is built (has an implementation), the device is one
+// it supports, and the binary carries code that runs on the device:
+//   - "XYa" (arch-specific, e.g. 90a) runs only on SM XY: wgmma, tcgen05 and the
+//     FP4 tensor-core instructions are not forward compatible;
+//   - "XY" / "XY-real" (SASS) runs on SM X.y with y >= Y, same major only;
+//   - "XYf" (family) runs on the same major with minor >= Y;
+//   - embedded PTX is not relied on: JIT-compiling the kernels at first launch
+//     takes minutes and hides a missing target.
+// sm90 needs 90a code, sm100 needs 100a/103a (or 100f), sm120 needs 120a/121a
+// (or 120f); portable (mma.sync, SM80+) takes any code that runs on the device.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mxmoe/backend.h"
+#include "mxmoe/moe.h"
+#include "mxmoe/status.h"
+
+namespace mxmoe {
+
+// Expert-weight formats. All backends read MXFP4 today.
+enum class WeightFormat { kMxfp4 };
+
+struct DispatchInput {
+  std::optional<int> device_sm;       // none: no usable GPU
+  int device_index = 0;               // for messages
+  std::string device_name;            // for messages, e.g. "NVIDIA A100-SXM4-80GB"
+  std::string no_device_reason;       // why there is no GPU, when known
+  std::vector<std::string> compiled_archs;  // as compiled_cuda_archs() spells them
+  WeightFormat weight_format = WeightFormat::kMxfp4;
+  MoeShape shape;
+  std::string override_name = "auto";  // "auto" (or empty) or a backend name
+  std::string override_source;         // where it came from, e.g. "--backend", "MXMOE_BACKEND"
+};
+
+struct DispatchResult {
+  BackendKind backend = BackendKind::kCpu;
+  std::string reason;  // "<backend>: <why>", one line
+};
+
+// What a backend is, independent of any device.
+struct BackendInfo {
+  BackendKind kind;
+  bool built;                   // an implementation exists in this source tree
+  ActivationFormat activation;  // what its GEMMs consume
+  const char* runs_on;          // human-readable device list, e.g. "SM80+"
+};
+const BackendInfo& backend_info(BackendKind kind);
+
+// Whether `arch` (e.g. "80", "90a", "100f", "86-real") has code that runs on SM `sm`.
+bool arch_code_runs_on(std::string_view arch, int sm);
+
+// Whether `kind` can run for `in`; if not, `why` says so in one phrase
+// (e.g. "sm90 needs an SM90 GPU; device 0 is SM80 (NVIDIA A100)").
+bool backend_available(BackendKind kind, const DispatchInput& in, std::string* why);
+
+// The choice. Errors: unknown override name (InvalidArgument, listing the valid
+// names), a forced backend that cannot run here (Unsupported, saying why), an
+// invalid shape or weight format.
+Status choose_backend(const DispatchInput& in, DispatchResult* out);
+
+// Valid override names, "auto" first, comma-separated.
+std::string valid_backend_names();
+
+// The table `mxmoe info` prints: every backend, available or why not, the pick.
+std::string describe_backends(const DispatchInput& in);
+// Padded shapes, w13 layout and bytes each backend's preparation would hold,
+// against the original, for `shape`.
+std::string describe_preparation(const MoeShape& shape);
+
+// Fills a DispatchInput for this process: device 0 from list_devices(),
+// compiled_cuda_archs(), and the override: `override_or_auto` when it is not
+// "auto"/empty (source "--backend / API"), else MXMOE_BACKEND when set
+// (source "MXMOE_BACKEND"), else auto.
+DispatchInput dispatch_input_for_this_process(std::string_view override_or_auto,
+                                              const MoeShape& shape);
+Status choose_backend_for_this_process(std::string_view override_or_auto, const MoeShape& shape,
+                                       DispatchResult* out);
+
+}  // namespace mxmoe

@@ -1,0 +1,155 @@
+// The backend choice: availability of each backend and the auto table.
+#include <fmt/format.h>
+
+#include "mxmoe/dispatch.h"
+
+namespace mxmoe {
+namespace {
+
+const BackendInfo kInfo[] = {
+    {BackendKind::kCpu, true, ActivationFormat::kBf16, "any CPU"},
+    {BackendKind::kPortable, true, ActivationFormat::kBf16, "SM80+"},
+    {BackendKind::kSm90, false, ActivationFormat::kBf16, "SM90 (code for 90a)"},
+    // Blackwell datacenter parts get MXFP8 activations once the backend exists.
+    {BackendKind::kSm100, false, ActivationFormat::kBf16, "SM100/SM103 (code for 100a/103a)"},
+    {BackendKind::kSm120, false, ActivationFormat::kBf16, "SM120/SM121 (code for 120a/121a)"},
+};
+
+// Devices a GPU backend supports (independent of the code compiled in).
+bool supports_device(BackendKind kind, int sm) {
+  switch (kind) {
+    case BackendKind::kCpu: return true;
+    case BackendKind::kPortable: return sm >= 80;  // mma.sync with bf16 needs SM80
+    case BackendKind::kSm90: return sm == 90;
+    case BackendKind::kSm100: return sm == 100 || sm == 103;
+    case BackendKind::kSm120: return sm == 120 || sm == 121;
+  }
+  return false;
+}
+
+const char* device_requirement(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kPortable: return "an SM80+ GPU";
+    case BackendKind::kSm90: return "an SM90 GPU";
+    case BackendKind::kSm100: return "an SM100 or SM103 GPU";
+    case BackendKind::kSm120: return "an SM120 or SM121 GPU";
+    case BackendKind::kCpu: break;
+  }
+  return "nothing";
+}
+
+// The compiled arch whose code `kind` would run on SM `sm`, or "" if none.
+// The tensor-core backends use instructions only arch-specific ('a') or family
+// ('f') targets carry; portable's mma.sync is in plain SASS too.
+std::string code_for(BackendKind kind, const std::vector<std::string>& archs, int sm) {
+  for (const std::string& a : archs) {
+    if (!arch_code_runs_on(a, sm)) continue;
+    std::string_view target(a);
+    if (target.ends_with("-real")) target.remove_suffix(5);
+    const bool specific = target.ends_with('a') || target.ends_with('f');
+    if (kind == BackendKind::kPortable || specific) return a;
+  }
+  return "";
+}
+
+std::string device_words(const DispatchInput& in) {
+  std::string s = fmt::format("device {} is SM{}", in.device_index, *in.device_sm);
+  if (!in.device_name.empty()) s += fmt::format(" ({})", in.device_name);
+  return s;
+}
+
+std::string archs_words(const std::vector<std::string>& archs) {
+  if (archs.empty()) return "this binary has no CUDA code";
+  return fmt::format("this binary carries code for {}", fmt::join(archs, ", "));
+}
+
+// Availability with both sides: `why` when it cannot run, `how` when it can.
+bool check(BackendKind kind, const DispatchInput& in, std::string* why, std::string* how) {
+  const char* name = backend_name(kind);
+  if (kind == BackendKind::kCpu) {
+    *how = "the CPU reference runs anywhere";
+    return true;
+  }
+  if (!in.device_sm) {
+    *why = fmt::format("{} needs a GPU; {}", name,
+                       in.no_device_reason.empty() ? "no CUDA device" : in.no_device_reason);
+    return false;
+  }
+  const int sm = *in.device_sm;
+  if (!supports_device(kind, sm)) {
+    *why = fmt::format("{} needs {}; {}", name, device_requirement(kind), device_words(in));
+    return false;
+  }
+  if (!backend_info(kind).built) {
+    *why = fmt::format("{} is not built yet", name);
+    return false;
+  }
+  const std::string code = code_for(kind, in.compiled_archs, sm);
+  if (code.empty()) {
+    *why = fmt::format("{} has no code that runs on SM{}: {}", name, sm, archs_words(in.compiled_archs));
+    return false;
+  }
+  *how = fmt::format("{} runs on SM{} (code for {} is compiled in)", name, sm, code);
+  return true;
+}
+
+// Preference order for a device; cpu always last, so the list is never empty
+// and every (SM, archs) pair lands on exactly one backend.
+std::vector<BackendKind> preference(const std::optional<int>& sm) {
+  if (sm && *sm == 90) return {BackendKind::kSm90, BackendKind::kPortable, BackendKind::kCpu};
+  if (sm && (*sm == 100 || *sm == 103))
+    return {BackendKind::kSm100, BackendKind::kPortable, BackendKind::kCpu};
+  if (sm && (*sm == 120 || *sm == 121))
+    return {BackendKind::kSm120, BackendKind::kPortable, BackendKind::kCpu};
+  return {BackendKind::kPortable, BackendKind::kCpu};
+}
+
+}  // namespace
+
+const BackendInfo& backend_info(BackendKind kind) {
+  for (const BackendInfo& i : kInfo)
+    if (i.kind == kind) return i;
+  return kInfo[0];
+}
+
+bool backend_available(BackendKind kind, const DispatchInput& in, std::string* why) {
+  std::string w, h;
+  const bool ok = check(kind, in, &w, &h);
+  if (why) *why = ok ? h : w;
+  return ok;
+}
+
+std::string valid_backend_names() {
+  std::string s = "auto";
+  for (BackendKind k : kAllBackends) s += fmt::format(", {}", backend_name(k));
+  return s;
+}
+
+Status choose_backend(const DispatchInput& in, DispatchResult* out) {
+  if (in.weight_format != WeightFormat::kMxfp4)
+    return Status::Unsupported("only MXFP4 expert weights are supported");
+  MXMOE_RETURN_IF_ERROR(validate_shape(in.shape));
+  const std::string source = in.override_source.empty() ? "the caller" : in.override_source;
+  std::string why, how;
+  if (!in.override_name.empty() && in.override_name != "auto") {
+    const std::optional<BackendKind> forced = parse_backend_name(in.override_name);
+    if (!forced)
+      return Status::InvalidArgument(fmt::format("unknown backend '{}' (from {}); valid: {}",
+                                                 in.override_name, source, valid_backend_names()));
+    if (!check(*forced, in, &why, &how))
+      return Status::Unsupported(fmt::format("{} (requested by {})", why, source));
+    *out = {*forced, fmt::format("{}: requested by {}; {}", backend_name(*forced), source, how)};
+    return Status::Ok();
+  }
+  std::string skipped;
+  for (BackendKind k : preference(in.device_sm)) {
+    if (check(k, in, &why, &how)) {
+      *out = {k, fmt::format("{}: {}{}", backend_name(k), skipped, how)};
+      return Status::Ok();
+    }
+    skipped += why + "; ";
+  }
+  return Status::Unsupported("no backend can run");  // unreachable: cpu always can
+}
+
+}  // namespace mxmoe

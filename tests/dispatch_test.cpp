@@ -1,0 +1,223 @@
+// The backend choice over every (device SM, compiled archs, override), errors
+// included, against a table written out by hand.
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "mxmoe/dispatch.h"
+
+namespace mxmoe {
+namespace {
+
+const std::vector<std::vector<std::string>> kArchSets = {
+    {}, {"80"}, {"90a"}, {"80", "90a"}, {"80", "90a", "100a", "120a"}};
+const std::vector<std::optional<int>> kSms = {std::nullopt, 70, 75, 80, 86, 89, 90,
+                                              100, 103, 110, 120, 121};
+
+// Expected auto pick per SM, one column per kArchSets entry. sm90/sm100/sm120
+// are not built yet, so the pick is portable where compiled code runs on the
+// device ('a' code only on its own SM), else cpu.
+const std::map<int, std::string> kAutoTable = {
+    {0, "cpu cpu cpu cpu cpu"},  // no GPU
+    {70, "cpu cpu cpu cpu cpu"},
+    {75, "cpu cpu cpu cpu cpu"},
+    {80, "cpu portable cpu portable portable"},
+    {86, "cpu portable cpu portable portable"},
+    {89, "cpu portable cpu portable portable"},
+    {90, "cpu cpu portable portable portable"},
+    {100, "cpu cpu cpu cpu portable"},
+    {103, "cpu cpu cpu cpu cpu"},  // 100a code does not run on SM103
+    {110, "cpu cpu cpu cpu cpu"},
+    {120, "cpu cpu cpu cpu portable"},
+    {121, "cpu cpu cpu cpu cpu"},  // 120a code does not run on SM121
+};
+
+std::string expected_auto(const std::optional<int>& sm, size_t arch_set) {
+  std::istringstream row(kAutoTable.at(sm.value_or(0)));
+  std::string name;
+  for (size_t i = 0; i <= arch_set; ++i) row >> name;
+  return name;
+}
+
+DispatchInput input(const std::optional<int>& sm, const std::vector<std::string>& archs,
+                    const std::string& override_name) {
+  DispatchInput in;
+  in.device_sm = sm;
+  in.device_name = sm ? "Test GPU" : "";
+  in.no_device_reason = sm ? "" : "no CUDA device visible";
+  in.compiled_archs = archs;
+  in.shape = kGptOss20b;
+  in.override_name = override_name;
+  in.override_source = "--backend";
+  return in;
+}
+
+TEST(Dispatch, EveryCombinationIsCompleteAndMatchesTheTable) {
+  std::vector<std::string> overrides = {"auto", ""};
+  for (BackendKind k : kAllBackends) overrides.push_back(backend_name(k));
+  overrides.push_back("sm91");
+  int checked = 0;
+  for (const auto& sm : kSms)
+    for (size_t ai = 0; ai < kArchSets.size(); ++ai)
+      for (const std::string& ov : overrides) {
+        SCOPED_TRACE(::testing::Message() << "SM " << sm.value_or(0) << " archs #" << ai << " override '" << ov << "'");
+        const std::string want = expected_auto(sm, ai);
+        DispatchResult r;
+        const Status st = choose_backend(input(sm, kArchSets[ai], ov), &r);
+        ++checked;
+        if (ov == "sm91") {
+          EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+          EXPECT_NE(st.message().find("sm91"), std::string::npos) << st.message();
+          EXPECT_NE(st.message().find("auto, cpu, portable, sm90, sm100, sm120"), std::string::npos) << st.message();
+          continue;
+        }
+        if (ov == "auto" || ov.empty()) {
+          ASSERT_TRUE(st.ok()) << st.message();
+          EXPECT_EQ(backend_name(r.backend), want);
+        } else if (ov == "cpu" || ov == want) {
+          ASSERT_TRUE(st.ok()) << st.message();
+          EXPECT_EQ(backend_name(r.backend), ov);
+          EXPECT_NE(r.reason.find("requested by --backend"), std::string::npos) << r.reason;
+        } else {
+          // Forcing what cannot run is an error that names the backend, never a pick.
+          EXPECT_EQ(st.code(), StatusCode::kUnsupported) << "picked " << backend_name(r.backend);
+          EXPECT_EQ(st.message().rfind(ov, 0), 0u) << st.message();
+          EXPECT_NE(st.message().find("requested by --backend"), std::string::npos) << st.message();
+          continue;
+        }
+        EXPECT_EQ(r.reason.rfind(std::string(backend_name(r.backend)) + ": ", 0), 0u) << r.reason;
+        // The pick is available by the same rules the table shows.
+        EXPECT_TRUE(backend_available(r.backend, input(sm, kArchSets[ai], "auto"), nullptr));
+      }
+  EXPECT_EQ(checked, int(kSms.size() * kArchSets.size() * overrides.size()));
+}
+
+TEST(Dispatch, CodeForOtherArchsDoesNotChangeADevicesPick) {
+  // Engines shipped bugs where adding one arch altered another's default.
+  for (const auto& sm : kSms) {
+    if (!sm) continue;
+    for (const auto& archs : kArchSets) {
+      std::vector<std::string> relevant;
+      for (const auto& a : archs)
+        if (arch_code_runs_on(a, *sm)) relevant.push_back(a);
+      DispatchResult all, only;
+      ASSERT_TRUE(choose_backend(input(sm, archs, "auto"), &all).ok());
+      ASSERT_TRUE(choose_backend(input(sm, relevant, "auto"), &only).ok());
+      EXPECT_EQ(all.backend, only.backend) << "SM" << *sm;
+    }
+  }
+}
+
+TEST(Dispatch, ReasonsAndErrorsReadAsSpecified) {
+  DispatchResult r;
+  ASSERT_TRUE(choose_backend(input(90, {"80", "90a"}, "auto"), &r).ok());
+  EXPECT_EQ(r.reason, "portable: sm90 is not built yet; portable runs on SM90 (code for 90a is compiled in)");
+
+  DispatchInput a100 = input(80, {"80", "90a"}, "sm90");
+  a100.device_name = "NVIDIA A100";
+  Status st = choose_backend(a100, &r);
+  EXPECT_EQ(st.message(), "sm90 needs an SM90 GPU; device 0 is SM80 (NVIDIA A100) (requested by --backend)");
+
+  st = choose_backend(input(90, {"80"}, "portable"), &r);
+  EXPECT_EQ(st.message(), "portable has no code that runs on SM90: this binary carries code for 80 "
+                          "(requested by --backend)");
+
+  ASSERT_TRUE(choose_backend(input(std::nullopt, {}, "auto"), &r).ok());
+  EXPECT_EQ(r.reason, "cpu: portable needs a GPU; no CUDA device visible; the CPU reference runs anywhere");
+
+  ASSERT_TRUE(choose_backend(input(75, {"80"}, "auto"), &r).ok());
+  EXPECT_NE(r.reason.find("portable needs an SM80+ GPU; device 0 is SM75"), std::string::npos) << r.reason;
+
+  DispatchInput bad = input(90, {"90a"}, "auto");
+  bad.shape.hidden = 2890;
+  EXPECT_EQ(choose_backend(bad, &r).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Dispatch, ArchCodeCompatibility) {
+  EXPECT_TRUE(arch_code_runs_on("80", 80));
+  EXPECT_TRUE(arch_code_runs_on("80", 86));
+  EXPECT_TRUE(arch_code_runs_on("80", 89));
+  EXPECT_FALSE(arch_code_runs_on("80", 90));  // SASS is not forward compatible across majors
+  EXPECT_FALSE(arch_code_runs_on("80", 75));
+  EXPECT_FALSE(arch_code_runs_on("86", 80));
+  EXPECT_TRUE(arch_code_runs_on("80-real", 86));
+  EXPECT_FALSE(arch_code_runs_on("80-virtual", 80));
+  EXPECT_TRUE(arch_code_runs_on("90a", 90));
+  EXPECT_FALSE(arch_code_runs_on("90a", 100));
+  EXPECT_TRUE(arch_code_runs_on("90", 90));
+  EXPECT_FALSE(arch_code_runs_on("100a", 103));
+  EXPECT_TRUE(arch_code_runs_on("100f", 103));
+  EXPECT_TRUE(arch_code_runs_on("120f", 121));
+  EXPECT_FALSE(arch_code_runs_on("120a", 121));
+  EXPECT_FALSE(arch_code_runs_on("sm_90", 90));
+  EXPECT_FALSE(arch_code_runs_on("", 90));
+  // Plain "90" code carries no wgmma: portable may use it, sm90 may not.
+  std::string why;
+  EXPECT_TRUE(backend_available(BackendKind::kPortable, input(90, {"90"}, "auto"), &why)) << why;
+  EXPECT_TRUE(backend_available(BackendKind::kPortable, input(86, {"80-real"}, "auto"), &why)) << why;
+}
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(Dispatch, ThisProcessTakesTheCallerBeforeTheEnvironment) {
+  DispatchResult r;
+  {
+    ScopedEnv env("MXMOE_BACKEND", "cpu");
+    ASSERT_TRUE(choose_backend_for_this_process("auto", kGptOss20b, &r).ok());
+    EXPECT_EQ(r.backend, BackendKind::kCpu);
+    EXPECT_NE(r.reason.find("MXMOE_BACKEND"), std::string::npos) << r.reason;
+  }
+  {
+    ScopedEnv env("MXMOE_BACKEND", "bogus");
+    const Status st = choose_backend_for_this_process("", kGptOss20b, &r);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("MXMOE_BACKEND"), std::string::npos) << st.message();
+    ASSERT_TRUE(choose_backend_for_this_process("cpu", kGptOss20b, &r).ok());
+    EXPECT_EQ(r.backend, BackendKind::kCpu);
+    EXPECT_NE(r.reason.find("--backend / API"), std::string::npos) << r.reason;
+  }
+  {
+    ScopedEnv env("MXMOE_BACKEND", nullptr);
+    EXPECT_EQ(dispatch_input_for_this_process("auto", kGptOss20b).override_name, "auto");
+    EXPECT_EQ(choose_backend_for_this_process("nope", kGptOss20b, &r).code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(Dispatch, InfoTablesNameEveryBackendAndThePick) {
+  const std::string t = describe_backends(input(90, {"80", "90a"}, "auto"));
+  for (BackendKind k : kAllBackends) EXPECT_NE(t.find(std::string("\n") + backend_name(k) + " "), std::string::npos) << t;
+  EXPECT_NE(t.find("pick: portable (portable: sm90 is not built yet"), std::string::npos) << t;
+  EXPECT_NE(t.find("sm90 is not built yet"), std::string::npos) << t;
+  const std::string forced = describe_backends(input(80, {"80"}, "sm120"));
+  EXPECT_NE(forced.find("pick: none: sm120 needs an SM120 or SM121 GPU"), std::string::npos) << forced;
+
+  const std::string p = describe_preparation(kGptOss20b);
+  EXPECT_NE(p.find("2944"), std::string::npos) << p;  // sm90 pads 2880 to 2944
+  EXPECT_NE(p.find("[up; gate]"), std::string::npos) << p;
+  for (BackendKind k : kAllBackends) EXPECT_NE(p.find(std::string("\n") + backend_name(k) + " "), std::string::npos) << p;
+  EXPECT_NE(describe_preparation({1, 30, 32, 1}).find("hidden"), std::string::npos);
+  std::cout << t << "\n" << p;
+}
+
+}  // namespace
+}  // namespace mxmoe
