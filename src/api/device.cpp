@@ -14,7 +14,10 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    if (why) *why = std::string("no CUDA device: ") + cudaGetErrorString(err);
+    if (why)
+      *why = err == cudaErrorInsufficientDriver ? "no usable NVIDIA driver"
+             : err == cudaErrorNoDevice         ? "no CUDA device"
+                                                : std::string("no CUDA device: ") + cudaGetErrorString(err);
     return out;
   }
   for (int i = 0; i < count; ++i) {

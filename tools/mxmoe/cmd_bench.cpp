@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "backend_choice.h"
 #include "commands.h"
 #include "mxmoe/device.h"
+#include "mxmoe/dispatch.h"
 #include "plot_png.h"
 #include "roofline.h"
 
@@ -57,17 +57,18 @@ int run(const BenchOptions& o) {
 
   for (size_t m = 0; m < models.size(); ++m) {
     const auto& [name, shape] = models[m];
-    BackendKind kind;
-    std::string reason;
-    if (Status s = resolve_backend(o.backend, shape, &kind, &reason); !s.ok()) return fail(s);
+    DispatchResult choice;
+    if (Status s = choose_backend_for_this_process(o.backend, shape, &choice); !s.ok()) return fail(s);
+    const BackendKind kind = choice.backend;
+    const std::string& reason = choice.reason;
     std::vector<int64_t> tokens = o.tokens;
     if (tokens.empty())
       tokens = kind == BackendKind::kCpu || o.quick ? std::vector<int64_t>{1, 4}
                                                     : std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 4096, 16384};
     const int iterations = o.iterations > 0 ? o.iterations : (kind == BackendKind::kCpu ? 3 : 50);
 
-    fmt::print("{}: E={} H={} I={} top-{}; backend {} ({}); device {}\n", name, shape.experts, shape.hidden,
-               shape.intermediate, shape.topk, backend_name(kind), reason, device);
+    fmt::print("{}: E={} H={} I={} top-{}; backend {}; device {}\n", name, shape.experts, shape.hidden,
+               shape.intermediate, shape.topk, reason, device);
     const MoeWeights weights = make_random_weights(shape, o.seed);
     std::unique_ptr<Backend> backend;
     if (Status s = create_backend(kind, weights.view(), &backend); !s.ok()) return fail(s);

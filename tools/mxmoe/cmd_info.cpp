@@ -1,40 +1,62 @@
-// mxmoe info: what this binary carries, what it sees, what `auto` picks.
+// mxmoe info: what this binary carries, what it sees, what `auto` picks and why,
+// and what each backend's preparation would hold for a checkpoint's shape.
 #include <cstdio>
+#include <memory>
 
 #include <fmt/format.h>
 
-#include "backend_choice.h"
 #include "commands.h"
+#include "mxmoe/checkpoint.h"
 #include "mxmoe/device.h"
+#include "mxmoe/dispatch.h"
 
 namespace mxmoe::cli {
 namespace {
 
-int run() {
+struct InfoOptions {
+  std::string checkpoint;
+  std::string model = "gpt-oss-20b";
+};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "mxmoe info: %s\n", s.message().c_str());
+  return 2;
+}
+
+int run(const InfoOptions& o) {
+  MoeShape shape = o.model == "gpt-oss-120b" ? kGptOss120b : kGptOss20b;
+  std::string shape_source = o.model + " shape";
+  if (!o.checkpoint.empty()) {
+    std::unique_ptr<Checkpoint> ckpt;
+    if (Status s = Checkpoint::open(o.checkpoint, std::nullopt, &ckpt); !s.ok()) return fail(s);
+    shape = ckpt->info().shape;
+    shape_source = "checkpoint " + o.checkpoint;
+  }
   const auto archs = compiled_cuda_archs();
   fmt::print("mxmoe {}\n", MXMOE_VERSION);
-  fmt::print("build: CUDA archs compiled in: {}\n", archs.empty() ? "none (CPU-only build)" : fmt::format("{}", fmt::join(archs, ", ")));
+  fmt::print("build: CUDA archs compiled in: {}\n",
+             archs.empty() ? "none (CPU-only build)" : fmt::format("{}", fmt::join(archs, ", ")));
   std::string why;
   const auto devices = list_devices(&why);
   if (devices.empty()) fmt::print("devices: none ({})\n", why);
   for (const auto& d : devices)
     fmt::print("device {}: {}, SM{}, {} SMs, {:.1f} GiB, L2 {:.0f} MiB\n", d.index, d.name, d.sm,
                d.multiprocessors, double(d.memory_bytes) / (1 << 30), double(d.l2_bytes) / (1 << 20));
-  BackendKind kind;
-  std::string reason;
-  if (Status s = resolve_backend("auto", kGptOss20b, &kind, &reason); !s.ok()) {
-    std::fprintf(stderr, "mxmoe info: %s\n", s.message().c_str());
-    return 2;
-  }
-  fmt::print("auto: {} ({})\n", backend_name(kind), reason);
+  fmt::print("\n{}", describe_backends(dispatch_input_for_this_process("auto", shape)));
+  fmt::print("\npreparation for the {} (E={} H={} I={} top-{}):\n{}", shape_source, shape.experts, shape.hidden,
+             shape.intermediate, shape.topk, describe_preparation(shape));
   return 0;
 }
 
 }  // namespace
 
 Runner add_info(CLI::App& parent) {
-  parent.add_subcommand("info", "Build, devices, backends and the one `auto` picks");
-  return [] { return run(); };
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* app = parent.add_subcommand("info", "Build, devices, backends, the one `auto` picks, padded shapes");
+  app->add_option("--checkpoint", o->checkpoint, "Show padded shapes and bytes for this checkpoint's shape");
+  app->add_option("--model", o->model, "Shape preset when no checkpoint is given")
+      ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();
+  return [o] { return run(*o); };
 }
 
 }  // namespace mxmoe::cli

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "backend_choice.h"
 #include "commands.h"
 #include "io/npy.h"
+#include "mxmoe/dispatch.h"
 #include "mxmoe/format.h"
 #include "mxmoe/reference.h"
 #include "weights_source.h"
@@ -40,13 +40,14 @@ Status load_input(const RunOptions& o, int64_t hidden, NpyArray* x) {
 }
 
 int run(const RunOptions& o) {
-  BackendKind kind;
-  std::string reason;
-  if (Status s = resolve_backend(o.backend, o.weights.shape, &kind, &reason); !s.ok()) return fail(s);
-  // H is known only once the weights are open (a checkpoint carries its own).
+  // The shape (and so H) is known only once the weights are open.
   LoadedWeights w;
   if (Status s = load_weights(o.weights, &w); !s.ok()) return fail(s);
   const MoeShape& shape = w.view.shape;
+  DispatchResult choice;
+  if (Status s = choose_backend_for_this_process(o.backend, shape, &choice); !s.ok()) return fail(s);
+  const BackendKind kind = choice.backend;
+  const std::string& reason = choice.reason;
   NpyArray x;
   if (Status s = load_input(o, shape.hidden, &x); !s.ok()) return fail(s);
   const int64_t T = x.shape[0];
@@ -57,7 +58,7 @@ int run(const RunOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (Status s = backend->forward_host(x.data.data(), T, nullptr, y.data()); !s.ok()) return fail(s);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("backend: %s (%s)\n", backend_name(kind), reason.c_str());
+  std::printf("backend: %s\n", reason.c_str());
   std::printf("layer: E=%lld H=%lld I=%lld top-%lld, T=%lld; forward %.3f ms (wall, host to host)\n",
               (long long)shape.experts, (long long)shape.hidden, (long long)shape.intermediate,
               (long long)shape.topk, (long long)T, ms);
