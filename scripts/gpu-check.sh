@@ -58,6 +58,12 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   t0=$(date +%s)
   timeout 300 "$B/bench/portable_bench" ${BENCH_ARGS:-both} > "$OUT/bench.md" 2>> "$S"
   say "bench: rc=$? ($(( $(date +%s) - t0 )) s)"
+  if [ -n "${BENCH_TILE_SWEEP:-}" ]; then  # large-T token tile comparison
+    for tile in 32 64; do
+      echo "#### MXMOE_PORTABLE_TILE=$tile" >> "$OUT/bench.md"
+      MXMOE_PORTABLE_TILE=$tile timeout 200 "$B/bench/portable_bench" 20b "$BENCH_TILE_SWEEP" >> "$OUT/bench.md" 2>> "$S"
+    done
+  fi
   cat "$OUT/bench.md"
 fi
 cat "$S"

@@ -61,7 +61,6 @@ struct GemmParams {
 };
 
 inline constexpr int kGemmWarps = 4;        // warps splitting K in a block
-inline constexpr int kGemmRowsPerBlock = 32;  // weight rows per block
 
 namespace detail {
 
@@ -146,24 +145,29 @@ template <int NT, int NW>
 __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[2][2][4], const uint32_t (&s)[2][2],
                                           const uint16_t* const (&arow)[NT], int act_col,
                                           bool act_ok, float (&acc)[2][NT][4]) {
-  // Dequantise: A[m][r][4w + i] = bf16 pair (n_i, n_{i+4}) of code word w.
-  uint32_t A[2][2][4 * NW];
+  ScaleFactor f[2][2];
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const ScaleFactor f = scale_factor(s[m][r]);
+    for (int r = 0; r < 2; ++r) f[m][r] = scale_factor(s[m][r]);
+  // Pair idx = 4w + i of row (m, r): bf16 pair (n_i, n_{i+4}) of code word w.
+  auto deq = [&](int m, int r, int idx) {
+    uint32_t v = bf16x2_mul(e2m1_pair_hi(q[m][r][idx >> 2] << (4 * (3 - (idx & 3)))), f[m][r].f1);
+    if (f[m][r].two) v = bf16x2_mul(v, f[m][r].f2);
+    return v;
+  };
+  // With several token subtiles every A pair is reused NT times: dequantise the
+  // chunk once. With one subtile (decode) each pair is used once: dequantise it
+  // right before its mma, which keeps 64 registers free for loads in flight.
+  constexpr bool kHoist = NT > 1;
+  uint32_t A[2][2][kHoist ? 4 * NW : 1];
+  if constexpr (kHoist) {
 #pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        const uint32_t c = q[m][r][w];
+    for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          uint32_t v = bf16x2_mul(e2m1_pair_hi(c << (4 * (3 - i))), f.f1);
-          if (f.two) v = bf16x2_mul(v, f.f2);
-          A[m][r][4 * w + i] = v;
-        }
-      }
-    }
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int idx = 0; idx < 4 * NW; ++idx) A[m][r][idx] = deq(m, r, idx);
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -186,41 +190,55 @@ __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[2][2][4], const ui
       const uint32_t b1 = prmt(X[4 * w + h], X[4 * w + h + 2], 0x7632);  // (x_{2h+1}, x_{2h+5})
       const int p = 4 * w + 2 * h;
 #pragma unroll
-      for (int m = 0; m < 2; ++m)
-        mma_bf16(acc[m][j], A[m][0][p], A[m][1][p], A[m][0][p + 1], A[m][1][p + 1], b0, b1);
+      for (int m = 0; m < 2; ++m) {
+        if constexpr (kHoist)
+          mma_bf16(acc[m][j], A[m][0][p], A[m][1][p], A[m][0][p + 1], A[m][1][p + 1], b0, b1);
+        else
+          mma_bf16(acc[m][j], deq(m, 0, p), deq(m, 1, p), deq(m, 0, p + 1), deq(m, 1, p + 1), b0, b1);
+      }
     }
   }
 }
 
 }  // namespace detail
 
+// Decode (NT == 1): the kGemmWarps warps of a block split K over the same 32
+// weight rows (a GEMV has too few rows per SM otherwise to keep enough bytes in
+// flight), reduced through shared memory in a fixed order; codes are loaded
+// two chunks ahead. Prefill (NT > 1): the warps split N (4 x 32 = 128 weight
+// rows) over the same tokens, so the block's activation loads hit L1 for three
+// warps out of four, and each warp runs the whole K.
+template <int NT>
+struct GemmConfig {
+  static constexpr bool kSplitK = NT == 1;
+  static constexpr int kRowsPerBlock = kSplitK ? 32 : 32 * kGemmWarps;
+  static constexpr int kDepth = kSplitK ? 2 : 1;  // chunks of codes loaded ahead
+  static constexpr int kMinBlocks = kSplitK ? 4 : 1;  // 4 x 128 threads, <= 128 regs
+};
+
 template <int NT, bool kSwiglu>
-__global__ void __launch_bounds__(kGemmWarps * 32)
+__global__ void __launch_bounds__(kGemmWarps * 32, GemmConfig<NT>::kMinBlocks)
 sm80_mxfp4_moe_gemm(const GemmParams p) {
   static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8, "token tile is 8*NT with NT in {1,2,4,8}");
-  static_assert(kGemmRowsPerBlock == 32, "a warp covers 2 m16 subtiles = 32 weight rows");
+  using Cfg = GemmConfig<NT>;
   constexpr int kW = kGemmWarps;
-  // Partial sums of the kW warps: [warp][(m*NT + j)*4 + c][lane], lanes contiguous
-  // so the reduction reads are free of bank conflicts.
-  __shared__ float red[kW][2 * NT * 4][32];
+  // Split-K partial sums: [warp][(m*NT + j)*4 + c][lane], lanes contiguous so
+  // the reduction reads are free of bank conflicts.
+  __shared__ float red[Cfg::kSplitK ? kW : 1][2 * NT * 4][32];
 
   const int ti = blockIdx.x;
   if (ti >= *p.num_tiles) return;  // the grid is sized from an upper bound
   const int e = p.tile_expert[ti];
   const int row0 = p.tile_row[ti];
-  const int nb = blockIdx.y * kGemmRowsPerBlock;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 32 * warp);
+  if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
 
-  const uint8_t* crow[2][2];
-  const uint8_t* srow[2][2];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t row = nb + 16 * m + 2 * g + r;
-      crow[m][r] = p.codes + e * p.code_expert_stride + row * p.code_row_stride;
-      srow[m][r] = p.scales + e * p.scale_expert_stride + row * p.scale_row_stride;
-    }
+  // Row (m, r) of this lane is nb + 16m + 2g + r; offsets from the lane's first row.
+  const uint8_t* cbase = p.codes + e * p.code_expert_stride + int64_t(nb + 2 * g) * p.code_row_stride;
+  const uint8_t* sbase = p.scales + e * p.scale_expert_stride + int64_t(nb + 2 * g) * p.scale_row_stride;
+  const int coff[2][2] = {{0, int(p.code_row_stride)}, {int(16 * p.code_row_stride), int(17 * p.code_row_stride)}};
+  const int soff[2][2] = {{0, int(p.scale_row_stride)}, {int(16 * p.scale_row_stride), int(17 * p.scale_row_stride)}};
   const uint16_t* arow[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -240,79 +258,67 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
       for (int c = 0; c < 4; ++c) acc[m][j][c] = 0.f;
 
   const int nfull = p.k / 128;
-  // Full 128-wide chunks, warp w takes chunks w, w+kW, ...; the codes of the next
-  // chunk are loaded before the current one is consumed (64 bytes per lane in
-  // flight on top of the chunk being multiplied).
-  uint32_t q[2][2][4], s[2][2];
+  const int step = Cfg::kSplitK ? kW : 1;
+  // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
+  // lane's E8M0 scale of that chunk: one MX block per row.
   auto load_full = [&](int c, uint32_t (&qq)[2][2][4], uint32_t (&ss)[2][2]) {
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint4 v = detail::ld_stream16(crow[m][r] + c * 64 + t * 16);
+        const uint4 v = detail::ld_stream16(cbase + coff[m][r] + c * 64 + t * 16);
         qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
-        ss[m][r] = srow[m][r][c * 4 + t];
+        ss[m][r] = sbase[soff[m][r] + c * 4 + t];
       }
   };
-  int c = warp;
-  if (c < nfull) load_full(c, q, s);
-  for (; c < nfull; c += kW) {
-    uint32_t qn[2][2][4], sn[2][2];
-    const bool more = c + kW < nfull;
-    if (more) load_full(c + kW, qn, sn);
-    const int col = c * 128 + t * 32;
-    detail::chunk_mma<NT, 4>(q, s, arow, col, col < p.k_valid, acc);
-    if (more) {
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          s[m][r] = sn[m][r];
-#pragma unroll
-          for (int w = 0; w < 4; ++w) q[m][r][w] = qn[m][r][w];
-        }
-    }
-  }
-  // 64-wide tail (K % 128 == 64): lane t owns 16 elements, half an MX block.
-  if ((p.k & 127) != 0 && warp == nfull % kW) {
+  auto copy = [](uint32_t (&dq)[2][2][4], uint32_t (&ds)[2][2], const uint32_t (&sq)[2][2][4],
+                 const uint32_t (&sss)[2][2]) {
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint2 v = detail::ld_stream8(crow[m][r] + nfull * 64 + t * 8);
-        q[m][r][0] = v.x; q[m][r][1] = v.y; q[m][r][2] = 0; q[m][r][3] = 0;
-        s[m][r] = srow[m][r][nfull * 4 + t / 2];
+        ds[m][r] = sss[m][r];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) dq[m][r][w] = sq[m][r][w];
+      }
+  };
+  uint32_t q[Cfg::kDepth + 1][2][2][4], s[Cfg::kDepth + 1][2][2];
+  const int c0 = Cfg::kSplitK ? warp : 0;
+#pragma unroll
+  for (int d = 0; d < Cfg::kDepth; ++d)
+    if (c0 + d * step < nfull) load_full(c0 + d * step, q[d], s[d]);
+  for (int c = c0; c < nfull; c += step) {
+    const int ahead = c + Cfg::kDepth * step;
+    if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
+    const int col = c * 128 + t * 32;
+    detail::chunk_mma<NT, 4>(q[0], s[0], arow, col, col < p.k_valid, acc);
+#pragma unroll
+    for (int d = 0; d < Cfg::kDepth; ++d) copy(q[d], s[d], q[d + 1], s[d + 1]);
+  }
+  // 64-wide tail (K % 128 == 64): lane t owns 16 elements, half an MX block.
+  if ((p.k & 127) != 0 && (!Cfg::kSplitK || warp == nfull % kW)) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint2 v = detail::ld_stream8(cbase + coff[m][r] + nfull * 64 + t * 8);
+        q[0][m][r][0] = v.x; q[0][m][r][1] = v.y; q[0][m][r][2] = 0; q[0][m][r][3] = 0;
+        s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
       }
     const int col = nfull * 128 + t * 16;
-    detail::chunk_mma<NT, 2>(q, s, arow, col, col < p.k_valid, acc);
+    detail::chunk_mma<NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
   }
 
-  // Fixed-order reduction of the kW partial sums, then the epilogue; warp w
-  // finishes the (m, j) fragments with (m*NT + j) % kW == w.
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int cc = 0; cc < 4; ++cc) red[warp][(m * NT + j) * 4 + cc][lane] = acc[m][j][cc];
-  __syncthreads();
-  for (int mj = warp; mj < 2 * NT; mj += kW) {
-    const int m = mj / NT, j = mj % NT;
-    float v[4];
-#pragma unroll
-    for (int cc = 0; cc < 4; ++cc) {
-      float sum = red[0][mj * 4 + cc][lane];
-#pragma unroll
-      for (int w = 1; w < kW; ++w) sum += red[w][mj * 4 + cc][lane];
-      v[cc] = sum;
-    }
-    const int row = nb + 16 * m + 2 * g;  // c0/c1: row, c2/c3: row + 1
+  // Epilogue of fragment (m, j): c0/c1 are weight row nb+16m+2g, c2/c3 the next
+  // row, at token columns 2t and 2t+1 of subtile j.
+  auto finish = [&](int m, int j, const float (&v)[4]) {
+    const int row = nb + 16 * m + 2 * g;
     const uint16_t* bias = p.bias + e * p.bias_expert_stride;
     const float b_lo = __bfloat162float(__ushort_as_bfloat16(bias[row]));
     const float b_hi = __bfloat162float(__ushort_as_bfloat16(bias[row + 1]));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 8 * j + 2 * t + h;  // token column 2t + h of subtile j
+      const int r = row0 + 8 * j + 2 * t + h;
       const int pair = p.sorted_pair[r];
       if (pair < 0) continue;
       if constexpr (kSwiglu) {
@@ -333,6 +339,34 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         }
       }
     }
+  };
+
+  if constexpr (Cfg::kSplitK) {
+    // Fixed-order reduction of the kW partial sums; warp w finishes the (m, j)
+    // fragments with (m*NT + j) % kW == w.
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) red[warp][(m * NT + j) * 4 + cc][lane] = acc[m][j][cc];
+    __syncthreads();
+    for (int mj = warp; mj < 2 * NT; mj += kW) {
+      float v[4];
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc) {
+        float sum = red[0][mj * 4 + cc][lane];
+#pragma unroll
+        for (int w = 1; w < kW; ++w) sum += red[w][mj * 4 + cc][lane];
+        v[cc] = sum;
+      }
+      finish(mj / NT, mj % NT, v);
+    }
+  } else {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) finish(m, j, acc[m][j]);
   }
 }
 

@@ -1,5 +1,7 @@
 // Router, expert grouping and combine kernels (plain CUDA, any SM), and the
 // launcher that enqueues the whole portable forward on one stream.
+#include <cstdlib>
+
 #include <cuda_bf16.h>
 
 #include <fmt/format.h>
@@ -159,7 +161,11 @@ Layout make_layout(const DeviceWeights& w, int64_t T) {
   Layout l;
   const int64_t E = w.shape.experts, k = w.shape.topk, H = w.shape.hidden;
   const int64_t Ip = w.intermediate_padded;
-  l.tile = token_tile(T, k, E);
+  static const int override_tile = [] {
+    const char* v = std::getenv("MXMOE_PORTABLE_TILE");
+    return v ? std::atoi(v) : 0;
+  }();
+  l.tile = token_tile(T, k, E, override_tile);
   l.max_tiles = max_token_tiles(T, k, E, l.tile);
   l.rows = l.max_tiles * l.tile;
   size_t off = 0;
