@@ -10,7 +10,7 @@ template <int NT, bool kSwiglu>
 cudaError_t launch(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
   constexpr int rows = GemmConfig<NT>::kRowsPerBlock;
   const dim3 grid(unsigned(max_tiles), unsigned((p.n_rows + rows - 1) / rows));
-  sm80_mxfp4_moe_gemm<NT, kSwiglu><<<grid, kGemmWarps * 32, 0, stream>>>(p);
+  sm80_mxfp4_moe_gemm<NT, kSwiglu><<<grid, GemmConfig<NT>::kWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 }  // namespace

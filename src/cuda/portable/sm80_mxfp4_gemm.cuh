@@ -60,7 +60,6 @@ struct GemmParams {
   const float* route_w;
 };
 
-inline constexpr int kGemmWarps = 4;        // warps splitting K in a block
 
 namespace detail {
 
@@ -202,26 +201,30 @@ __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[2][2][4], const ui
 
 }  // namespace detail
 
-// Decode (NT == 1): the kGemmWarps warps of a block split K over the same 32
+// Decode (NT == 1): the 8 warps of a block split K over the same 32
 // weight rows (a GEMV has too few rows per SM otherwise to keep enough bytes in
 // flight), reduced through shared memory in a fixed order; codes are loaded
 // two chunks ahead. Prefill (NT > 1): the warps split N (4 x 32 = 128 weight
 // rows) over the same tokens, so the block's activation loads hit L1 for three
 // warps out of four, and each warp runs the whole K.
+// Decode v1 split K over 4 warps: ncu showed GEMM1 at 1.4 TB/s with ~6 chunks
+// per warp, each exposing an L2 round trip for its activations, so v2 splits
+// over 8 warps (about 3 chunks each, all of a warp's codes requested up front).
 template <int NT>
 struct GemmConfig {
   static constexpr bool kSplitK = NT == 1;
-  static constexpr int kRowsPerBlock = kSplitK ? 32 : 32 * kGemmWarps;
-  static constexpr int kDepth = kSplitK ? 2 : 1;  // chunks of codes loaded ahead
-  static constexpr int kMinBlocks = kSplitK ? 4 : 1;  // 4 x 128 threads, <= 128 regs
+  static constexpr int kWarps = kSplitK ? 8 : 4;
+  static constexpr int kRowsPerBlock = kSplitK ? 32 : 32 * kWarps;
+  static constexpr int kDepth = kSplitK ? 2 : 1;      // chunks of codes loaded ahead
+  static constexpr int kMinBlocks = kSplitK ? 2 : 1;  // 2 x 256 threads, <= 128 regs
 };
 
 template <int NT, bool kSwiglu>
-__global__ void __launch_bounds__(kGemmWarps * 32, GemmConfig<NT>::kMinBlocks)
+__global__ void __launch_bounds__(GemmConfig<NT>::kWarps * 32, GemmConfig<NT>::kMinBlocks)
 sm80_mxfp4_moe_gemm(const GemmParams p) {
   static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8, "token tile is 8*NT with NT in {1,2,4,8}");
   using Cfg = GemmConfig<NT>;
-  constexpr int kW = kGemmWarps;
+  constexpr int kW = Cfg::kWarps;
   // Split-K partial sums: [warp][(m*NT + j)*4 + c][lane], lanes contiguous so
   // the reduction reads are free of bank conflicts.
   __shared__ float red[Cfg::kSplitK ? kW : 1][2 * NT * 4][32];

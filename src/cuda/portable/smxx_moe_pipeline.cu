@@ -1,5 +1,6 @@
 // Router, expert grouping and combine kernels (plain CUDA, any SM), and the
 // launcher that enqueues the whole portable forward on one stream.
+#include <algorithm>
 #include <cstdlib>
 
 #include <cuda_bf16.h>
@@ -244,7 +245,9 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   int32_t* num_tiles = static_cast<int32_t*>(at(l.num_tiles));
   {
     const size_t smem = size_t(35 * E) * sizeof(int);
-    smxx_group_by_expert<<<1, kGroupThreads, smem, stream>>>(ids, int(T * k), int(E), l.tile, sorted_pair,
+    // Fewer threads for few pairs: the kernel is a chain of block barriers.
+    const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(128, (T * k + 31) / 32 * 32)));
+    smxx_group_by_expert<<<1, threads, smem, stream>>>(ids, int(T * k), int(E), l.tile, sorted_pair,
                                                             pair_row, tile_expert, tile_row, num_tiles);
     MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "grouping launch"));
   }
