@@ -2,6 +2,9 @@
 
 #include "api/cpu_backend.h"
 #include "mxmoe/backend.h"
+#ifdef MXMOE_WITH_CUDA
+#include "cuda/portable/portable_backend.h"
+#endif
 
 namespace mxmoe {
 
@@ -9,6 +12,12 @@ Status create_backend(BackendKind kind, const MoeWeightsView& weights,
                       std::unique_ptr<Backend>* out) {
   switch (kind) {
     case BackendKind::kCpu: return create_cpu_backend(weights, out);
+    case BackendKind::kPortable:
+#ifdef MXMOE_WITH_CUDA
+      return create_portable_backend(weights, out);
+#else
+      return Status::Unsupported("portable: this build has no CUDA (configure with nvcc present)");
+#endif
     default: break;
   }
   return Status::Unsupported(fmt::format("{}: not built yet", backend_name(kind)));

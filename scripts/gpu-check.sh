@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One device call: build (sm_90a only), GPU tests, compute-sanitizer, SASS and
+# resource checks, benchmark. Logs go to $OUT (at most 8 files).
+# Usage (repository root): bash scripts/gpu-check.sh
+# Env: BUILD_DIR (default /tmp/build), SKIP_SANITIZER=1, SKIP_BENCH=1,
+#      BENCH_BACKEND (default portable), BENCH_ARGS (extra `mxmoe bench` flags),
+#      OUT (default /tmp/gpu-check-out).
+source scripts/device-env.sh
+set -u -o pipefail
+OUT=${OUT:-/tmp/gpu-check-out}
+B=${BUILD_DIR:-/tmp/build}
+mkdir -p "$OUT"
+S="$OUT/summary.txt"
+: > "$S"
+say() { echo "$*" | tee -a "$S"; }
+say "date: $(date -u +%FT%TZ)"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$S"
+
+t0=$(date +%s)
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a > "$OUT/build.log" 2>&1 &&
+  cmake --build "$B" -j16 >> "$OUT/build.log" 2>&1
+rc=$?
+say "build: rc=$rc ($(( $(date +%s) - t0 )) s)"
+if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
+
+# Registers, shared memory, spills of every kernel (from the object files).
+{
+  echo "== cuobjdump -res-usage (portable kernels)"
+  for o in $(find "$B/src" -name '*.cu.o'); do cuobjdump -res-usage "$o" 2>&1 | grep -A1 "Function" ; done
+  echo "== ptxas -v of the GEMM instances"
+  nvcc -std=c++17 -arch=sm_90a -Xptxas -v --expt-relaxed-constexpr -Iinclude -Isrc \
+    -c src/cuda/portable/sm80_mxfp4_gemm.cu -o /tmp/gemm_check.o 2>&1 | grep -E "Compiling|registers|spill"
+  echo "== SASS instruction counts (sm80_mxfp4_moe_gemm)"
+  cuobjdump --dump-sass /tmp/gemm_check.o > /tmp/gemm.sass 2>&1
+  for op in HMMA PRMT HMUL2 HFMA2 LDG STG LDL STL BAR; do
+    echo "$op: $(grep -cE "\b$op" /tmp/gemm.sass)"
+  done
+} > "$OUT/sass.txt" 2>&1
+say "HMMA in SASS: $(grep -c HMMA /tmp/gemm.sass)  local-memory ops (LDL/STL): $(grep -cE '\b(LDL|STL)' /tmp/gemm.sass)"
+
+t0=$(date +%s)
+ctest --test-dir "$B" -L gpu --output-on-failure > "$OUT/ctest.log" 2>&1
+say "ctest -L gpu: rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+
+if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+  T=$B/tests/portable_test
+  t0=$(date +%s)
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$T" > "$OUT/sanitizer.log" 2>&1
+  say "memcheck (full suite): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  for tool in racecheck synccheck; do
+    t0=$(date +%s)
+    MXMOE_TEST_QUICK=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$T" \
+      --gtest_filter='*SmallShape*:*OddShape*:*GptOssHidden*:*FusedRouter*' >> "$OUT/sanitizer.log" 2>&1
+    say "$tool (quick): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  done
+fi
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  t0=$(date +%s)
+  timeout 400 "$B/mxmoe" bench --backend "${BENCH_BACKEND:-portable}" ${BENCH_ARGS:-} \
+    --json "$OUT/bench.json" --png "$OUT/bench.png" > "$OUT/bench.txt" 2>> "$S"
+  say "bench: rc=$? ($(( $(date +%s) - t0 )) s)"
+  cat "$OUT/bench.txt"
+fi
+cat "$S"

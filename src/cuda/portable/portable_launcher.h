@@ -1,0 +1,63 @@
+// Framework-free launcher API of the portable backend: device pointers and a
+// stream in, Status out. The Backend object (portable_backend.cpp), the tests
+// and any binding call these functions; none of them allocates or synchronises.
+//
+// Pipeline on one stream, capturable in a CUDA graph (no host synchronisation):
+//   1. router + top-k + softmax (only when no precomputed routing is passed)
+//   2. group (token, slot) pairs by expert: counts, scan, stable scatter,
+//      per-expert padding to the token tile, tile schedule on the device
+//   3. GEMM1 (gather x rows, MXFP4 w13 dequantised in registers, bias, SwiGLU)
+//   4. GEMM2 (w2, bias, times the routing weight) into one row per pair
+//   5. combine: each token sums its k rows in slot order (no atomics)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "mxmoe/moe.h"
+#include "mxmoe/status.h"
+
+namespace mxmoe::portable {
+
+// Prepared weights on the device, in the dense padded layout of
+// make_plan(BackendKind::kPortable, shape):
+//   w13 codes [E, 2Ip, Hp/2], scales [E, 2Ip, Hp/32], rows interleaved gate/up
+//   w2  codes [E, Hp, Ip/2],  scales [E, Hp, Ip/32]
+//   b13 [E, 2Ip], b2 [E, Hp] bf16; router [E, Hp] bf16 and bias [E] (may be null)
+// Hp and Ip are multiples of 64; padding holds code 0, scale 127, bias 0.
+struct DeviceWeights {
+  MoeShape shape;  // real (unpadded) shape
+  int64_t hidden_padded = 0, intermediate_padded = 0;
+  SwigluParams swiglu;
+  const uint8_t* w13_codes = nullptr;
+  const uint8_t* w13_scales = nullptr;
+  const uint16_t* b13 = nullptr;
+  const uint8_t* w2_codes = nullptr;
+  const uint8_t* w2_scales = nullptr;
+  const uint16_t* b2 = nullptr;
+  const uint16_t* router_weight = nullptr;
+  const uint16_t* router_bias = nullptr;
+};
+
+struct ForwardArgs {
+  const uint16_t* x = nullptr;       // bf16 [T, H] (real H, row stride H)
+  int64_t tokens = 0;
+  const int32_t* topk_ids = nullptr;     // [T, k]; null: run the router
+  const float* topk_weights = nullptr;   // [T, k]; null together with topk_ids
+  float* y = nullptr;                // fp32 [T, H]
+};
+
+// Largest expert count the grouping kernel's shared-memory tables hold.
+inline constexpr int64_t kMaxExperts = 256;
+
+// Bytes of device workspace moe_forward needs for `tokens` tokens.
+size_t workspace_bytes(const DeviceWeights& w, int64_t tokens);
+
+// Enqueues the whole forward on `stream`. `workspace` must hold
+// workspace_bytes(w, tokens) bytes, 256-byte aligned.
+Status moe_forward(const DeviceWeights& w, const ForwardArgs& args, void* workspace,
+                   size_t workspace_size, cudaStream_t stream);
+
+}  // namespace mxmoe::portable

@@ -1,0 +1,376 @@
+// Grouped MoE GEMM with MXFP4 weights on the mma.sync path (SM80+, also run on
+// SM90): out[row, n] = sum_k act[row, k] * W_e[n, k] for the token rows of one
+// expert tile. Weights are dequantised in registers (no dequantised tensor in
+// memory) and sit on the M side of mma.m16n8k16 (we compute y^T = W x^T): at
+// decode a tile holds 1..8 tokens, so 16 weight rows x 8 tokens wastes nothing
+// on the weight side, which is the side that moves the bytes.
+//
+// Block: kWarps warps split K (intra-block split-K, reduced through shared
+// memory in a fixed order, so results are bitwise reproducible); every warp
+// covers the same 32 weight rows (2 m16 subtiles) x 8*NT tokens.
+//
+// Register layout (lane = 4*g + t, g = groupID 0..7, t = thread-in-group 0..3):
+//   * K is walked in chunks of 128 (a 64 tail when K % 128 == 64). In a chunk,
+//     lane t owns elements [32t, 32t+32): one 16-byte code load per weight row,
+//     exactly one MX block, so one E8M0 scale per row per chunk.
+//   * mma row g of subtile m is weight row nb + 16m + 2g, row g+8 is the next
+//     row: for w13 that puts gate_j and up_j in the same thread's accumulator
+//     (c0/c1 gate, c2/c3 up), so SwiGLU needs no shuffle.
+//   * The dot product is invariant under a permutation of K applied to both
+//     operands. Lane t's logical k slots of step s are mapped onto its own 32
+//     physical elements, so A (weights) and B (activations) fragments come
+//     straight from global memory with 16-byte loads, no shared memory and no
+//     ldmatrix. The nibble extraction below yields bf16 pairs (n_i, n_{i+4}) of
+//     a 32-bit code word; the activation words are paired the same way with
+//     one PRMT each.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace mxmoe::portable {
+
+struct GemmParams {
+  // Weights [E, N, K] MXFP4 (padded dense), strides in bytes.
+  const uint8_t* codes;
+  const uint8_t* scales;
+  int64_t code_row_stride, code_expert_stride;
+  int64_t scale_row_stride, scale_expert_stride;
+  const uint16_t* bias;  // bf16 [E, N]
+  int64_t bias_expert_stride;
+  int n_rows;   // N (multiple of 32)
+  int k;        // padded K (multiple of 64)
+  int k_valid;  // activation columns that hold data; [k_valid, k) reads as 0
+  // Activations in: GEMM1 gathers x[pair / topk], GEMM2 reads row `r` of act.
+  const uint16_t* act_in;
+  int64_t act_in_stride;  // elements
+  int topk;
+  // Schedule from the grouping kernel.
+  const int32_t* sorted_pair;  // [rows]: pair index t*k+slot, -1 = padding
+  const int32_t* tile_expert;
+  const int32_t* tile_row;
+  const int32_t* num_tiles;
+  // GEMM1 epilogue: SwiGLU -> act_out bf16 [rows, act_out_stride]
+  uint16_t* act_out;
+  int64_t act_out_stride;
+  float alpha, limit;
+  // GEMM2 epilogue: route_w[pair] * (acc + bias) -> y_out fp32 [rows, n_valid]
+  float* y_out;
+  int n_valid;
+  const float* route_w;
+};
+
+
+namespace detail {
+
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  // Weights are read once per tile: keep them out of L1 (L2 still serves the
+  // other token tiles of the same expert).
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_stream8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 ld_act16(const void* p) {
+  // Activations are shared by the block's warps and the neighbouring blocks: L1.
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a);
+  __nv_bfloat162 y = *reinterpret_cast<__nv_bfloat162*>(&b);
+  __nv_bfloat162 r = __hmul2(x, y);
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+
+// E2M1 nibbles at bits [12,16) and [28,32) of q -> bf16x2 whose value is the
+// E2M1 value times 2^-126: sign to bit 15, (e1 e0 m) to bits 8..6, i.e. the two
+// exponent bits land in the low bf16 exponent bits and m in the top mantissa
+// bit. e = 0 (codes 0 and 0.5) becomes a bf16 subnormal, which bf16 FMA keeps.
+__device__ __forceinline__ uint32_t e2m1_pair_hi(uint32_t q) {
+  return (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+}
+
+// bf16x2 factors folding 2^126 and the E8M0 scale 2^(s-127): one multiply by
+// 2^(s-1) when that fits bf16 (s <= 128), else 2^126 then 2^(s-127); s = 0xFF
+// (NaN scale) gives NaN, as the format says.
+struct ScaleFactor {
+  uint32_t f1, f2;
+  bool two;
+};
+__device__ __forceinline__ ScaleFactor scale_factor(uint32_t s) {
+  ScaleFactor f;
+  if (s <= 128u) {
+    const uint32_t b = (s + 126u) << 7;
+    f.f1 = b | (b << 16);
+    f.f2 = 0;
+    f.two = false;
+  } else {
+    const uint32_t b1 = 253u << 7;
+    const uint32_t b2 = s == 255u ? 0x7FC0u : (s << 7);
+    f.f1 = b1 | (b1 << 16);
+    f.f2 = b2 | (b2 << 16);
+    f.two = true;
+  }
+  return f;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One K chunk: NW code words (8 elements each) per weight row per lane;
+// NW = 4 for a 128-wide chunk, 2 for the 64-wide tail.
+template <int NT, int NW>
+__device__ __forceinline__ void chunk_mma(const uint32_t (&q)[2][2][4], const uint32_t (&s)[2][2],
+                                          const uint16_t* const (&arow)[NT], int act_col,
+                                          bool act_ok, float (&acc)[2][NT][4]) {
+  ScaleFactor f[2][2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) f[m][r] = scale_factor(s[m][r]);
+  // Pair idx = 4w + i of row (m, r): bf16 pair (n_i, n_{i+4}) of code word w.
+  auto deq = [&](int m, int r, int idx) {
+    uint32_t v = bf16x2_mul(e2m1_pair_hi(q[m][r][idx >> 2] << (4 * (3 - (idx & 3)))), f[m][r].f1);
+    if (f[m][r].two) v = bf16x2_mul(v, f[m][r].f2);
+    return v;
+  };
+  // With several token subtiles every A pair is reused NT times: dequantise the
+  // chunk once. With one subtile (decode) each pair is used once: dequantise it
+  // right before its mma, which keeps 64 registers free for loads in flight.
+  constexpr bool kHoist = NT > 1;
+  uint32_t A[2][2][kHoist ? 4 * NW : 1];
+  if constexpr (kHoist) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int idx = 0; idx < 4 * NW; ++idx) A[m][r][idx] = deq(m, r, idx);
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    uint32_t X[4 * NW];
+    if (act_ok && arow[j] != nullptr) {
+#pragma unroll
+      for (int v = 0; v < NW; ++v) {
+        const uint4 t = ld_act16(arow[j] + act_col + 8 * v);
+        X[4 * v + 0] = t.x; X[4 * v + 1] = t.y; X[4 * v + 2] = t.z; X[4 * v + 3] = t.w;
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < 4 * NW; ++v) X[v] = 0;
+    }
+#pragma unroll
+    for (int st = 0; st < 2 * NW; ++st) {
+      const int w = st >> 1, h = st & 1;
+      // Activation word 4w+h = (x_{8w+2h}, x_{8w+2h+1}), word 4w+h+2 = (x_{8w+2h+4}, ..+5).
+      const uint32_t b0 = prmt(X[4 * w + h], X[4 * w + h + 2], 0x5410);  // (x_{2h}, x_{2h+4})
+      const uint32_t b1 = prmt(X[4 * w + h], X[4 * w + h + 2], 0x7632);  // (x_{2h+1}, x_{2h+5})
+      const int p = 4 * w + 2 * h;
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        if constexpr (kHoist)
+          mma_bf16(acc[m][j], A[m][0][p], A[m][1][p], A[m][0][p + 1], A[m][1][p + 1], b0, b1);
+        else
+          mma_bf16(acc[m][j], deq(m, 0, p), deq(m, 1, p), deq(m, 0, p + 1), deq(m, 1, p + 1), b0, b1);
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+// Decode (NT == 1): the 8 warps of a block split K over the same 32
+// weight rows (a GEMV has too few rows per SM otherwise to keep enough bytes in
+// flight), reduced through shared memory in a fixed order; codes are loaded
+// two chunks ahead. Prefill (NT > 1): the warps split N (4 x 32 = 128 weight
+// rows) over the same tokens, so the block's activation loads hit L1 for three
+// warps out of four, and each warp runs the whole K.
+// Decode v1 split K over 4 warps: ncu showed GEMM1 at 1.4 TB/s with ~6 chunks
+// per warp, each exposing an L2 round trip for its activations, so v2 splits
+// over 8 warps (about 3 chunks each, all of a warp's codes requested up front).
+template <int NT>
+struct GemmConfig {
+  static constexpr bool kSplitK = NT == 1;
+  static constexpr int kWarps = kSplitK ? 8 : 4;
+  static constexpr int kRowsPerBlock = kSplitK ? 32 : 32 * kWarps;
+  static constexpr int kDepth = kSplitK ? 2 : 1;      // chunks of codes loaded ahead
+  static constexpr int kMinBlocks = kSplitK ? 2 : 1;  // 2 x 256 threads, <= 128 regs
+};
+
+template <int NT, bool kSwiglu>
+__global__ void __launch_bounds__(GemmConfig<NT>::kWarps * 32, GemmConfig<NT>::kMinBlocks)
+sm80_mxfp4_moe_gemm(const GemmParams p) {
+  static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8, "token tile is 8*NT with NT in {1,2,4,8}");
+  using Cfg = GemmConfig<NT>;
+  constexpr int kW = Cfg::kWarps;
+  // Split-K partial sums: [warp][(m*NT + j)*4 + c][lane], lanes contiguous so
+  // the reduction reads are free of bank conflicts.
+  __shared__ float red[Cfg::kSplitK ? kW : 1][2 * NT * 4][32];
+
+  const int ti = blockIdx.x;
+  if (ti >= *p.num_tiles) return;  // the grid is sized from an upper bound
+  const int e = p.tile_expert[ti];
+  const int row0 = p.tile_row[ti];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 32 * warp);
+  if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
+
+  // Row (m, r) of this lane is nb + 16m + 2g + r; offsets from the lane's first row.
+  const uint8_t* cbase = p.codes + e * p.code_expert_stride + int64_t(nb + 2 * g) * p.code_row_stride;
+  const uint8_t* sbase = p.scales + e * p.scale_expert_stride + int64_t(nb + 2 * g) * p.scale_row_stride;
+  const int coff[2][2] = {{0, int(p.code_row_stride)}, {int(16 * p.code_row_stride), int(17 * p.code_row_stride)}};
+  const int soff[2][2] = {{0, int(p.scale_row_stride)}, {int(16 * p.scale_row_stride), int(17 * p.scale_row_stride)}};
+  const uint16_t* arow[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int r = row0 + 8 * j + g;
+    const int pair = p.sorted_pair[r];
+    if (pair < 0) arow[j] = nullptr;
+    else if (kSwiglu) arow[j] = p.act_in + int64_t(pair / p.topk) * p.act_in_stride;
+    else arow[j] = p.act_in + int64_t(r) * p.act_in_stride;
+  }
+
+  float acc[2][NT][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[m][j][c] = 0.f;
+
+  const int nfull = p.k / 128;
+  const int step = Cfg::kSplitK ? kW : 1;
+  // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
+  // lane's E8M0 scale of that chunk: one MX block per row.
+  auto load_full = [&](int c, uint32_t (&qq)[2][2][4], uint32_t (&ss)[2][2]) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint4 v = detail::ld_stream16(cbase + coff[m][r] + c * 64 + t * 16);
+        qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
+        ss[m][r] = sbase[soff[m][r] + c * 4 + t];
+      }
+  };
+  auto copy = [](uint32_t (&dq)[2][2][4], uint32_t (&ds)[2][2], const uint32_t (&sq)[2][2][4],
+                 const uint32_t (&sss)[2][2]) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        ds[m][r] = sss[m][r];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) dq[m][r][w] = sq[m][r][w];
+      }
+  };
+  uint32_t q[Cfg::kDepth + 1][2][2][4], s[Cfg::kDepth + 1][2][2];
+  const int c0 = Cfg::kSplitK ? warp : 0;
+#pragma unroll
+  for (int d = 0; d < Cfg::kDepth; ++d)
+    if (c0 + d * step < nfull) load_full(c0 + d * step, q[d], s[d]);
+  for (int c = c0; c < nfull; c += step) {
+    const int ahead = c + Cfg::kDepth * step;
+    if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
+    const int col = c * 128 + t * 32;
+    detail::chunk_mma<NT, 4>(q[0], s[0], arow, col, col < p.k_valid, acc);
+#pragma unroll
+    for (int d = 0; d < Cfg::kDepth; ++d) copy(q[d], s[d], q[d + 1], s[d + 1]);
+  }
+  // 64-wide tail (K % 128 == 64): lane t owns 16 elements, half an MX block.
+  if ((p.k & 127) != 0 && (!Cfg::kSplitK || warp == nfull % kW)) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint2 v = detail::ld_stream8(cbase + coff[m][r] + nfull * 64 + t * 8);
+        q[0][m][r][0] = v.x; q[0][m][r][1] = v.y; q[0][m][r][2] = 0; q[0][m][r][3] = 0;
+        s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
+      }
+    const int col = nfull * 128 + t * 16;
+    detail::chunk_mma<NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
+  }
+
+  // Epilogue of fragment (m, j): c0/c1 are weight row nb+16m+2g, c2/c3 the next
+  // row, at token columns 2t and 2t+1 of subtile j.
+  auto finish = [&](int m, int j, const float (&v)[4]) {
+    const int row = nb + 16 * m + 2 * g;
+    const uint16_t* bias = p.bias + e * p.bias_expert_stride;
+    const float b_lo = __bfloat162float(__ushort_as_bfloat16(bias[row]));
+    const float b_hi = __bfloat162float(__ushort_as_bfloat16(bias[row + 1]));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + 8 * j + 2 * t + h;
+      const int pair = p.sorted_pair[r];
+      if (pair < 0) continue;
+      if constexpr (kSwiglu) {
+        // GPT-OSS SwiGLU; comparisons written so a NaN input stays NaN (as
+        // std::min/std::clamp in the reference), which fminf would drop.
+        const float hg = v[h] + b_lo, hu = v[2 + h] + b_hi;
+        const float gg = p.limit < hg ? p.limit : hg;
+        const float uu = hu < -p.limit ? -p.limit : (p.limit < hu ? p.limit : hu);
+        const float a = gg / (1.f + expf(-p.alpha * gg)) * (uu + 1.f);
+        p.act_out[int64_t(r) * p.act_out_stride + row / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(a));
+      } else {
+        if (row < p.n_valid) {
+          const float rw = p.route_w[pair];
+          float2 o;
+          o.x = rw * (v[h] + b_lo);
+          o.y = rw * (v[2 + h] + b_hi);
+          *reinterpret_cast<float2*>(p.y_out + int64_t(r) * p.n_valid + row) = o;
+        }
+      }
+    }
+  };
+
+  if constexpr (Cfg::kSplitK) {
+    // Fixed-order reduction of the kW partial sums; warp w finishes the (m, j)
+    // fragments with (m*NT + j) % kW == w.
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) red[warp][(m * NT + j) * 4 + cc][lane] = acc[m][j][cc];
+    __syncthreads();
+    for (int mj = warp; mj < 2 * NT; mj += kW) {
+      float v[4];
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc) {
+        float sum = red[0][mj * 4 + cc][lane];
+#pragma unroll
+        for (int w = 1; w < kW; ++w) sum += red[w][mj * 4 + cc][lane];
+        v[cc] = sum;
+      }
+      finish(mj / NT, mj % NT, v);
+    }
+  } else {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) finish(m, j, acc[m][j]);
+  }
+}
+
+}  // namespace mxmoe::portable

@@ -1,0 +1,225 @@
+// The portable CUDA backend against the CPU reference on the same MXFP4 bytes.
+// Every case runs with poisoned margins around each prepared tensor and a
+// poisoned workspace (see PortableOptions). MXMOE_TEST_QUICK=1 keeps a reduced
+// sweep (for racecheck/synccheck runs).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#ifdef MXMOE_WITH_CUDA
+#include "cuda/portable/portable_backend.h"
+#endif
+#include "mxmoe/backend.h"
+#include "mxmoe/reference.h"
+#include "support/test_support.h"
+
+#ifndef MXMOE_WITH_CUDA
+TEST(PortableGpu, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has no CUDA"; }
+#else
+namespace mxmoe {
+namespace {
+
+using testing::l2_norm;
+using testing::random_floats;
+using testing::rel_l2;
+using testing::round_to_bf16;
+
+constexpr int64_t kPoison = 4096;
+
+bool quick() {
+  const char* q = std::getenv("MXMOE_TEST_QUICK");
+  return q && *q && std::string(q) != "0";
+}
+
+enum class RouteMode { kRouter, kRandom, kOneExpert, kFewExperts };
+
+Routing make_routing(RouteMode mode, int64_t T, const MoeShape& s, uint64_t seed) {
+  Routing r = make_random_routing(T, s.experts, s.topk, seed);
+  if (mode == RouteMode::kOneExpert) {
+    // Every token sends slot 0 to the same expert (the others stay distinct).
+    const int32_t hot = int32_t(s.experts - 1);
+    for (int64_t t = 0; t < T; ++t) {
+      int32_t next = 0;
+      for (int64_t k = 0; k < s.topk; ++k) {
+        if (k == 0) { r.ids[size_t(t * s.topk)] = hot; continue; }
+        r.ids[size_t(t * s.topk + k)] = next++;
+      }
+    }
+  } else if (mode == RouteMode::kFewExperts) {
+    // Only experts 0..k-1 and the last one receive tokens; the rest stay empty.
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < s.topk; ++k)
+        r.ids[size_t(t * s.topk + k)] = int32_t((t + k) % s.topk == 0 && s.topk < s.experts
+                                                    ? s.experts - 1 : (t + k) % s.topk);
+    for (int64_t t = 0; t < T; ++t) {  // keep the k ids of a token distinct
+      std::vector<bool> seen(size_t(s.experts), false);
+      for (int64_t k = 0; k < s.topk; ++k) {
+        int32_t& id = r.ids[size_t(t * s.topk + k)];
+        while (seen[size_t(id)]) id = (id + 1) % int32_t(s.experts);
+        seen[size_t(id)] = true;
+      }
+    }
+  }
+  return r;
+}
+
+struct Case {
+  MoeShape shape;
+  int64_t tokens;
+  RouteMode mode;
+  uint64_t seed;
+};
+
+std::string describe(const Case& c) {
+  return "E=" + std::to_string(c.shape.experts) + " H=" + std::to_string(c.shape.hidden) +
+         " I=" + std::to_string(c.shape.intermediate) + " k=" + std::to_string(c.shape.topk) +
+         " T=" + std::to_string(c.tokens) + " mode=" + std::to_string(int(c.mode)) +
+         " seed=" + std::to_string(c.seed);
+}
+
+// Runs one case; returns the GPU output for further checks.
+std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) {
+  SCOPED_TRACE(describe(c));
+  MoeWeights local;
+  if (!given) local = make_random_weights(c.shape, c.seed);
+  const MoeWeights& w = given ? *given : local;
+  const std::vector<float> x = round_to_bf16(random_floats(size_t(c.tokens * c.shape.hidden), c.seed + 1));
+  std::unique_ptr<Backend> be;
+  const Status cs = create_portable_backend(w.view(), PortableOptions{kPoison}, &be);
+  EXPECT_TRUE(cs.ok()) << cs.message();
+  if (!cs.ok()) return {};
+  std::vector<float> y(x.size()), ref(x.size());
+  Routing r;
+  const RoutingView* rv = nullptr;
+  RoutingView view;
+  if (c.mode != RouteMode::kRouter) {
+    r = make_routing(c.mode, c.tokens, c.shape, c.seed + 2);
+    view = r.view();
+    rv = &view;
+  }
+  const Status fs = be->forward_host(x.data(), c.tokens, rv, y.data());
+  EXPECT_TRUE(fs.ok()) << fs.message();
+  const Status rs = reference_forward(w.view(), x.data(), c.tokens, rv, ref.data());
+  EXPECT_TRUE(rs.ok()) << rs.message();
+  const double err = rel_l2(y, ref);
+  EXPECT_LE(err, 1e-2) << describe(c);
+  EXPECT_GT(l2_norm(y), 0.0) << describe(c);
+  return y;
+}
+
+class PortableGpu : public ::testing::Test {
+ protected:
+  void SetUp() override { MXMOE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_F(PortableGpu, SmallShapeTokenSweep) {
+  // Every T of the sweep at (160, 160), E = 8, cycling top-k through 1, 2, 4, 8.
+  const int64_t Ts[] = {1, 2, 3, 7, 64, 127, 129, 1000, 4096};
+  const int64_t ks[] = {1, 2, 4, 8};
+  int i = 0;
+  for (int64_t T : Ts) {
+    if (quick() && T > 129) continue;
+    const int64_t k = ks[i % 4];
+    check_case({{8, 160, 160, k}, T, RouteMode::kRandom, uint64_t(100 + i)});
+    ++i;
+  }
+}
+
+TEST_F(PortableGpu, OddShapeExpertsAndTopk) {
+  // (320, 224): Hp = 320, Ip = 256, so intermediate padding and the 64-wide K tail.
+  check_case({{32, 320, 224, 4}, 1, RouteMode::kRandom, 200});
+  check_case({{32, 320, 224, 8}, 129, RouteMode::kRandom, 201});
+  check_case({{128, 320, 224, 2}, 127, RouteMode::kRandom, 202});
+  if (quick()) return;
+  check_case({{32, 320, 224, 4}, 1000, RouteMode::kRandom, 203});
+  // T*k = 16384 pairs over 128 experts: many tiles, large grouping chunks.
+  check_case({{128, 320, 224, 4}, 4096, RouteMode::kRandom, 204});
+  check_case({{8, 320, 224, 8}, 4096, RouteMode::kRandom, 205});
+}
+
+TEST_F(PortableGpu, AllTokensOnOneExpert) {
+  check_case({{32, 320, 224, 4}, quick() ? 129 : 1000, RouteMode::kOneExpert, 300});
+  check_case({{8, 160, 160, 1}, quick() ? 64 : 4096, RouteMode::kOneExpert, 301});
+}
+
+TEST_F(PortableGpu, MostExpertsEmpty) {
+  check_case({{128, 160, 160, 2}, 3, RouteMode::kFewExperts, 400});
+  check_case({{128, 320, 224, 4}, quick() ? 64 : 1000, RouteMode::kFewExperts, 401});
+}
+
+TEST_F(PortableGpu, FusedRouter) {
+  check_case({{8, 160, 160, 2}, 129, RouteMode::kRouter, 500});
+  check_case({{128, 320, 224, 8}, quick() ? 64 : 1000, RouteMode::kRouter, 501});
+  check_case({{32, 2880, 736, 4}, quick() ? 7 : 64, RouteMode::kRouter, 502});
+}
+
+TEST_F(PortableGpu, GptOssHidden) {
+  // H = 2880: Hp = 2880 = 22 full 128-chunks + a 64 tail.
+  check_case({{32, 2880, 736, 4}, 1, RouteMode::kRandom, 600});
+  if (quick()) return;
+  check_case({{32, 2880, 736, 4}, 7, RouteMode::kRandom, 601});
+  check_case({{32, 2880, 736, 4}, 129, RouteMode::kRandom, 602});
+  check_case({{32, 2880, 2880, 4}, 1, RouteMode::kRandom, 603});
+  check_case({{8, 2880, 2880, 4}, 64, RouteMode::kRandom, 604});
+  check_case({{32, 2880, 2880, 4}, 1000, RouteMode::kRandom, 605});
+}
+
+TEST_F(PortableGpu, ExtremeScales) {
+  // Scales across the E8M0 range the bf16 fold must handle: tiny (s < 8,
+  // including 0), the neutral 127 and s > 128 (two-step fold).
+  const MoeShape s{8, 160, 160, 2};
+  MoeWeights w = make_random_weights(s, 700);
+  std::vector<uint8_t> pool = {0, 1, 5, 118, 120, 122, 127, 128, 129, 131};
+  for (size_t i = 0; i < w.w13_scales.size(); ++i) w.w13_scales[i] = pool[(i * 7) % pool.size()] ;
+  for (size_t i = 0; i < w.w2_scales.size(); ++i) w.w2_scales[i] = uint8_t(118 + (i * 5) % 14);
+  check_case({s, 64, RouteMode::kRandom, 700}, &w);
+}
+
+TEST_F(PortableGpu, BitwiseReproducible) {
+  const MoeShape s{32, 320, 224, 4};
+  const MoeWeights w = make_random_weights(s, 800);
+  for (int64_t T : {int64_t(7), int64_t(quick() ? 129 : 1000)}) {
+    const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
+    std::unique_ptr<Backend> be;
+    ASSERT_TRUE(create_portable_backend(w.view(), PortableOptions{kPoison}, &be).ok());
+    std::vector<float> y1(x.size()), y2(x.size());
+    ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y1.data()).ok());
+    ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y2.data()).ok());
+    EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << "T=" << T;
+  }
+}
+
+TEST_F(PortableGpu, CreateBackendDispatch) {
+  const MoeShape s{8, 160, 160, 2};
+  const MoeWeights w = make_random_weights(s, 900);
+  std::unique_ptr<Backend> be;
+  const Status st = create_backend(BackendKind::kPortable, w.view(), &be);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(be->kind(), BackendKind::kPortable);
+  ForwardTiming t;
+  const Status ts = be->time_forward(16, 2, 5, 1, &t);
+  ASSERT_TRUE(ts.ok()) << ts.message();
+  EXPECT_GT(t.median_us, 0.0);
+  EXPECT_EQ(t.iterations, 5);
+}
+
+TEST_F(PortableGpu, RejectsBadRouting) {
+  const MoeShape s{8, 160, 160, 2};
+  const MoeWeights w = make_random_weights(s, 901);
+  std::unique_ptr<Backend> be;
+  ASSERT_TRUE(create_portable_backend(w.view(), &be).ok());
+  std::vector<float> x(160), y(160);
+  Routing r = make_random_routing(1, 8, 2, 3);
+  r.ids[0] = 8;  // out of range
+  const RoutingView v = r.view();
+  EXPECT_FALSE(be->forward_host(x.data(), 1, &v, y.data()).ok());
+}
+
+}  // namespace
+}  // namespace mxmoe
+#endif  // MXMOE_WITH_CUDA
