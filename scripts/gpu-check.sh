@@ -28,11 +28,14 @@ if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
   echo "== cuobjdump -res-usage (portable kernels)"
   for o in $(find "$B/src" -name '*.cu.o'); do cuobjdump -res-usage "$o" 2>&1 | grep -A1 "Function" ; done
   echo "== ptxas -v of the GEMM instances"
-  nvcc -std=c++17 -arch=sm_90a -Xptxas -v --expt-relaxed-constexpr -Iinclude -Isrc \
-    -c src/cuda/portable/sm80_mxfp4_gemm.cu -o /tmp/gemm_check.o 2>&1 | grep -E "Compiling|registers|spill"
-  echo "== SASS instruction counts (sm80_mxfp4_moe_gemm)"
-  cuobjdump --dump-sass /tmp/gemm_check.o > /tmp/gemm.sass 2>&1
-  for op in HMMA PRMT HMUL2 HFMA2 LDG STG LDL STL BAR; do
+  : > /tmp/gemm.sass
+  for f in sm80_mxfp4_gemm; do
+    nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v --expt-relaxed-constexpr -Iinclude -Isrc \
+      -c src/cuda/portable/$f.cu -o /tmp/$f.o 2>&1 | grep -E "Compiling|registers|spill"
+    cuobjdump --dump-sass /tmp/$f.o >> /tmp/gemm.sass 2>&1
+  done
+  echo "== SASS instruction counts (GEMM)"
+  for op in HMMA PRMT HMUL2 HFMA2 LDG LDGSTS STG LDL STL BAR; do
     echo "$op: $(grep -cE "\b$op" /tmp/gemm.sass)"
   done
 } > "$OUT/sass.txt" 2>&1

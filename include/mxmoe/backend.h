@@ -29,7 +29,7 @@ enum class ActivationFormat { kBf16, kMxfp8 };
 struct ForwardTiming {
   double median_us = 0;
   double min_us = 0;
-  int iterations = 0;
+  int iterations = 0;  // forwards timed
 };
 
 class Backend {
@@ -43,8 +43,9 @@ class Backend {
                               float* y) = 0;
 
   // Times the forward at `tokens` over `routing_sets` rotated routing sets
-  // (so the experts' weights do not stay in L2). GPU backends time CUDA-graph
-  // replays with events after warm-up and report the median.
+  // (so the experts' weights do not stay in L2), about `iterations` forwards in
+  // all. GPU backends time CUDA-graph replays with events after warm-up: one
+  // replay of each set back to back per sample, the median sample per forward.
   virtual Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
                               ForwardTiming* out) = 0;
 };

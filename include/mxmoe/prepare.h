@@ -50,11 +50,28 @@ struct TileOverreach {
 };
 TileOverreach backend_overreach(BackendKind kind);
 
-// Kernel-specific re-orderings of the prepared bytes beyond the w13 row order
-// (e.g. a tensor-core-friendly scale swizzle). A kernel that needs one adds a
-// value here, sets it in its backend's plan function (src/prepare/plan.cpp) and
-// implements it in prepare_weights; until then every plan is kNone.
-enum class WeightSwizzle { kNone };
+// Kernel-specific re-orderings of the prepared code bytes, applied when a
+// backend places the codes on its device (swizzle_codes); PreparedWeights keep
+// the dense padded layout, which the reference and the tests read. A swizzle
+// permutes bytes within each group of 16 rows, so extents do not change.
+enum class WeightSwizzle {
+  kNone,
+  // mma.m16n8k16 fragment order (portable backend). In each group of 16 rows
+  // (row i = 2g + r: lane group g holds rows 2g and 2g+1) and each 128-wide K
+  // chunk c (64 bytes of a row; lane t of a group owns bytes [16t, 16t+16),
+  // one MX block), the 1 KB of the group's chunk is stored as
+  //   [r (2)][lane = 4g + t (32)][16 bytes]
+  // so each of a warp's two 16-byte loads per chunk reads 512 contiguous bytes
+  // and a warp streams its rows front to back. A 64-wide tail chunk (K % 128 ==
+  // 64) is stored likewise with 8 bytes per lane: [r][lane][8 bytes].
+  kMmaRowGroups16,
+};
+
+// Writes the `rows` x `cols` (elements; cols/2 bytes a row) dense codes into
+// `out` in `swizzle` order. kMmaRowGroups16 needs rows % 16 == 0 and
+// cols % 64 == 0.
+Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols,
+                     uint8_t* out);
 
 struct PreparePlan {
   BackendKind backend = BackendKind::kCpu;

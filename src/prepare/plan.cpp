@@ -26,9 +26,13 @@ PreparePlan base_plan(BackendKind backend, const MoeShape& shape) {
 PreparePlan plan_cpu(const MoeShape& shape) { return base_plan(BackendKind::kCpu, shape); }
 
 // portable: the mma.sync kernel reads the interleaved rows so one warp's N tile
-// holds gate_j and up_j side by side and applies SwiGLU in registers.
+// holds gate_j and up_j side by side and applies SwiGLU in registers; codes in
+// fragment order so a warp's loads are contiguous (dense 64-byte pieces at a
+// row stride measured 1.2 TB/s on the decode GEMV, H200).
 PreparePlan plan_portable(const MoeShape& shape) {
-  return base_plan(BackendKind::kPortable, shape);
+  PreparePlan p = base_plan(BackendKind::kPortable, shape);
+  p.swizzle = WeightSwizzle::kMmaRowGroups16;
+  return p;
 }
 
 // sm90 / sm100 / sm120: CUTLASS-style grouped GEMMs whose fused SwiGLU epilogue

@@ -21,8 +21,6 @@ Status check_plan(const PreparePlan& plan) {
     return Status::InvalidArgument(fmt::format(
         "plan: padded H {} / I {} must be multiples of {} covering the shape, prefetch rows {} >= 0",
         plan.hidden_padded, plan.intermediate_padded, kMxBlock, plan.prefetch_rows));
-  if (plan.swizzle != WeightSwizzle::kNone)
-    return Status::Unsupported("plan: weight swizzle not implemented");
   PreparePlan expected = plan;
   update_extents(&expected);
   if (expected.w13_codes_bytes != plan.w13_codes_bytes ||

@@ -205,7 +205,9 @@ TEST_F(PortableGpu, CreateBackendDispatch) {
   const Status ts = be->time_forward(16, 2, 5, 1, &t);
   ASSERT_TRUE(ts.ok()) << ts.message();
   EXPECT_GT(t.median_us, 0.0);
-  EXPECT_EQ(t.iterations, 5);
+  EXPECT_LE(t.min_us, t.median_us);
+  EXPECT_GE(t.iterations, 5) << "whole batches of one replay per routing set, at least the forwards asked for";
+  EXPECT_EQ(t.iterations % 2, 0);
 }
 
 TEST_F(PortableGpu, RejectsBadRouting) {

@@ -25,7 +25,7 @@ struct BenchOptions {
   std::vector<int64_t> tokens;
   bool quick = false;
   int routing_sets = 8;
-  int iterations = 0;  // 0: 50 on a GPU, 3 on the CPU
+  int iterations = 0;  // 0: 200 on a GPU, 3 on the CPU
   uint64_t seed = 1;
   std::string json, png;
 };
@@ -65,7 +65,7 @@ int run(const BenchOptions& o) {
     if (tokens.empty())
       tokens = kind == BackendKind::kCpu || o.quick ? std::vector<int64_t>{1, 4}
                                                     : std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 4096, 16384};
-    const int iterations = o.iterations > 0 ? o.iterations : (kind == BackendKind::kCpu ? 3 : 50);
+    const int iterations = o.iterations > 0 ? o.iterations : (kind == BackendKind::kCpu ? 3 : 200);
 
     fmt::print("{}: E={} H={} I={} top-{}; backend {}; device {}\n", name, shape.experts, shape.hidden,
                shape.intermediate, shape.topk, reason, device);
@@ -130,7 +130,7 @@ Runner add_bench(CLI::App& parent) {
   app->add_flag("--quick", o->quick, "A short smoke run: T = 1, 4 on one model");
   app->add_option("--routing-sets", o->routing_sets, "Routing sets rotated so weights do not stay in L2")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  app->add_option("--iterations", o->iterations, "Timed forwards per T (default 50 GPU, 3 CPU)");
+  app->add_option("--iterations", o->iterations, "Timed forwards per T (default 200 GPU, 3 CPU)");
   app->add_option("--seed", o->seed, "Seed for weights, inputs and routing")->capture_default_str();
   app->add_option("--json", o->json, "Write the results as JSON");
   app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");

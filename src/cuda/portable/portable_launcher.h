@@ -26,7 +26,9 @@ namespace mxmoe::portable {
 //   w13 codes [E, 2Ip, Hp/2], scales [E, 2Ip, Hp/32], rows interleaved gate/up
 //   w2  codes [E, Hp, Ip/2],  scales [E, Hp, Ip/32]
 //   b13 [E, 2Ip], b2 [E, Hp] bf16; router [E, Hp] bf16 and bias [E] (may be null)
-// Hp and Ip are multiples of 64; padding holds code 0, scale 127, bias 0.
+// Hp and Ip are multiples of 64; padding holds code 0, scale 127, bias 0. The
+// codes are in the plan's fragment order (WeightSwizzle::kMmaRowGroups16,
+// applied by swizzle_codes); scales and biases are dense.
 struct DeviceWeights {
   MoeShape shape;  // real (unpadded) shape
   int64_t hidden_padded = 0, intermediate_padded = 0;

@@ -12,7 +12,9 @@
 // Register layout (lane = 4*g + t, g = groupID 0..7, t = thread-in-group 0..3):
 //   * K is walked in chunks of 128 (a 64 tail when K % 128 == 64). In a chunk,
 //     lane t owns elements [32t, 32t+32): one 16-byte code load per weight row,
-//     exactly one MX block, so one E8M0 scale per row per chunk.
+//     exactly one MX block, so one E8M0 scale per row per chunk. The prepared
+//     codes are stored in that order (WeightSwizzle::kMmaRowGroups16), so the
+//     16-byte loads of a warp cover 512 contiguous bytes.
 //   * mma row g of subtile m is weight row nb + 16m + 2g, row g+8 is the next
 //     row: for w13 that puts gate_j and up_j in the same thread's accumulator
 //     (c0/c1 gate, c2/c3 up), so SwiGLU needs no shuffle.
@@ -237,10 +239,12 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 32 * warp);
   if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
 
-  // Row (m, r) of this lane is nb + 16m + 2g + r; offsets from the lane's first row.
-  const uint8_t* cbase = p.codes + e * p.code_expert_stride + int64_t(nb + 2 * g) * p.code_row_stride;
+  // Row (m, r) of this lane is nb + 16m + 2g + r. Codes are in fragment order
+  // (WeightSwizzle::kMmaRowGroups16): rows nb + 16m .. +15 are one group whose
+  // chunk c is the 1 KB at 1024c, laid out [r][lane][16 bytes].
+  const uint8_t* group[2] = {p.codes + e * p.code_expert_stride + int64_t(nb) * p.code_row_stride,
+                             p.codes + e * p.code_expert_stride + int64_t(nb + 16) * p.code_row_stride};
   const uint8_t* sbase = p.scales + e * p.scale_expert_stride + int64_t(nb + 2 * g) * p.scale_row_stride;
-  const int coff[2][2] = {{0, int(p.code_row_stride)}, {int(16 * p.code_row_stride), int(17 * p.code_row_stride)}};
   const int soff[2][2] = {{0, int(p.scale_row_stride)}, {int(16 * p.scale_row_stride), int(17 * p.scale_row_stride)}};
   const uint16_t* arow[NT];
 #pragma unroll
@@ -269,7 +273,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint4 v = detail::ld_stream16(cbase + coff[m][r] + c * 64 + t * 16);
+        const uint4 v = detail::ld_stream16(group[m] + 1024 * c + 512 * r + 16 * lane);
         qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
         ss[m][r] = sbase[soff[m][r] + c * 4 + t];
       }
@@ -304,7 +308,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint2 v = detail::ld_stream8(cbase + coff[m][r] + nfull * 64 + t * 8);
+        const uint2 v = detail::ld_stream8(group[m] + 1024 * nfull + 256 * r + 8 * lane);
         q[0][m][r][0] = v.x; q[0][m][r][1] = v.y; q[0][m][r][2] = 0; q[0][m][r][3] = 0;
         s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
       }
