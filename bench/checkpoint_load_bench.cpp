@@ -61,8 +61,8 @@ std::vector<Tensor> layer_tensors(const mxmoe::MoeShape& s, int64_t l) {
           {p + "experts.down_proj_bias", "BF16", {E, H}, E * H * 2}};
 }
 
-// Streams the file out of a 1 MB pattern buffer (random codes; scales in
-// 2^-8..2^-5, never the NaN byte) so writing 2 GB stays fast.
+// Streams the file out of 1 MB pattern buffers (random codes; scales in
+// 2^-8..2^-5, never the NaN byte; small finite bf16) so writing 2 GB stays fast.
 void write_checkpoint(const fs::path& dir, const mxmoe::MoeShape& s, int64_t layers) {
   fs::create_directories(dir);
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -76,10 +76,15 @@ void write_checkpoint(const fs::path& dir, const mxmoe::MoeShape& s, int64_t lay
     }
   std::string h = header.dump();
   while ((8 + h.size()) % 4096) h.push_back(' ');  // page-aligned data section
-  std::vector<char> pattern(1 << 20), scales(1 << 20);
+  std::vector<char> pattern(1 << 20), scales(1 << 20), bf16(1 << 20);
   std::mt19937_64 rng(7);
   for (auto& c : pattern) c = char(rng());
   for (auto& c : scales) c = char(119 + rng() % 4);
+  // Small finite bf16 values (|v| < 1: exponent byte 0x3C..0x3E, any sign).
+  for (size_t i = 0; i < bf16.size(); i += 2) {
+    bf16[i] = char(rng());
+    bf16[i + 1] = char((rng() % 3 + 0x3C) | (rng() % 2 ? 0x80 : 0));
+  }
   FILE* f = std::fopen((dir / "model.safetensors").c_str(), "wb");
   if (!f) {
     std::perror("fopen");
@@ -89,7 +94,7 @@ void write_checkpoint(const fs::path& dir, const mxmoe::MoeShape& s, int64_t lay
   std::fwrite(&n, 8, 1, f);  // little-endian host
   std::fwrite(h.data(), 1, h.size(), f);
   for (const auto& t : all) {
-    const auto& src = t.scales ? scales : pattern;
+    const auto& src = t.scales ? scales : t.dtype == std::string("BF16") ? bf16 : pattern;
     for (int64_t left = t.bytes; left > 0;) {
       const size_t k = size_t(std::min<int64_t>(left, int64_t(src.size())));
       std::fwrite(src.data(), 1, k, f);

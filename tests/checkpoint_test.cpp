@@ -278,6 +278,30 @@ TEST(CheckpointErrors, NanScaleNamesExpertRowBlock) {
   }
 }
 
+TEST(CheckpointErrors, NonFiniteBiasOrRouterIsNamed) {
+  const MoeShape& s = kShape;
+  {
+    TempDir dir;
+    // gate_up bias [E, 2I]: expert 1, column 3 holds a bf16 NaN (0x7FC0, little-endian).
+    write_edited(dir, 13, [&](auto& es) {
+      auto& b = entry(es, "gate_up_proj_bias").bytes;
+      b[size_t((1 * 2 * s.intermediate + 3) * 2)] = 0xC0;
+      b[size_t((1 * 2 * s.intermediate + 3) * 2 + 1)] = 0x7F;
+    });
+    expect_error(load_layer(dir.path, 0), {"gate_up_proj_bias", "non-finite value (NaN) at [1, 3]"});
+  }
+  {
+    TempDir dir;
+    // router weight [E, H]: expert 0, column 9 holds -Inf (0xFF80).
+    write_edited(dir, 14, [&](auto& es) {
+      auto& b = entry(es, "gate.weight").bytes;
+      b[size_t(9 * 2)] = 0x80;
+      b[size_t(9 * 2 + 1)] = 0xFF;
+    }, Naming::kOpenai);
+    expect_error(load_layer(dir.path, 0), {"gate.weight", "non-finite value (Inf) at [0, 9]"});
+  }
+}
+
 TEST(CheckpointErrors, NanScaleInAnotherLayerDoesNotAffectThisOne) {
   TempDir dir;
   auto layers = make_layers(2, 12);

@@ -306,6 +306,20 @@ Status check_scales(const Checkpoint::Impl& c, const TensorRef& scales, const st
   return Status::Ok();
 }
 
+// Rejects a bf16 tensor holding Inf or NaN (exponent bits all ones): a router
+// or bias like that turns every output it touches into NaN.
+Status check_finite_bf16(const TensorRef& t) {
+  const auto* v = reinterpret_cast<const uint16_t*>(t.data());
+  const int64_t n = (t.tensor->end - t.tensor->begin) / 2;
+  const int64_t inner = t.tensor->shape.back();
+  for (int64_t i = 0; i < n; ++i)
+    if ((v[i] & 0x7F80u) == 0x7F80u)
+      return Status::InvalidArgument(fmt::format(
+          "{}: tensor '{}': non-finite value ({}) at [{}, {}]", t.file->path(), t.tensor->name,
+          (v[i] & 0x7Fu) ? "NaN" : "Inf", i / inner, i % inner));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Checkpoint::layer(int64_t n, MoeWeightsView* out) const {
@@ -337,6 +351,7 @@ Status Checkpoint::layer(int64_t n, MoeWeightsView* out) const {
     int64_t done = 0;
     MXMOE_RETURN_IF_ERROR(check_scales(c, w13s, stage, &done, total, true));
     MXMOE_RETURN_IF_ERROR(check_scales(c, w2s, stage, &done, total, false));
+    for (const TensorRef* t : {&b13, &b2, &rw, &rb}) MXMOE_RETURN_IF_ERROR(check_finite_bf16(*t));
 
     MoeWeightsView v;
     v.shape = s;

@@ -1,5 +1,6 @@
 // mxmoe run: one MoE layer forward.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -76,9 +77,12 @@ int run(const RunOptions& o) {
       num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
       den += double(ref[i]) * ref[i];
     }
-    const double rel = den > 0 ? std::sqrt(num / den) : 0.0;
-    std::printf("check: rel L2 vs fp64 reference = %.3e (%s)\n", rel, rel <= 1e-2 ? "ok" : "FAIL");
-    if (!(rel <= 1e-2)) return 1;
+    // NaN anywhere makes num or den NaN, and a NaN rel fails the comparison.
+    const double rel = den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : NAN);
+    const bool ok = rel <= 1e-2 && den > 0;
+    std::printf("check: rel L2 vs fp64 reference = %.3e, ||ref|| = %.3e (%s)\n", rel, std::sqrt(den),
+                ok ? "ok" : "FAIL");
+    if (!ok) return 1;
   }
   if (!o.output.empty()) {
     if (Status s = write_npy_f32(o.output, y.data(), {T, shape.hidden}); !s.ok()) return fail(s);
