@@ -23,7 +23,7 @@ run: build
 	$(MXMOE) bench --model gpt-oss-20b --quick --json $(BUILD)/bench.json
 
 # CPU tests always run; GPU tests skip (and say so) where no GPU is present.
-# Then 60 s of fuzzing the safetensors header parser (clang, own build dir).
+# First 60 s of fuzzing the safetensors header parser (clang, own build dir).
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	scripts/fuzz.sh 60
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
