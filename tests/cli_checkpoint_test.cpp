@@ -1,6 +1,7 @@
 // `mxmoe run --checkpoint` end to end: the CLI on a checkpoint written here
 // gives what the reference gives on the same tensors in memory.
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -47,6 +48,10 @@ TEST(CliCheckpoint, RunMatchesReferenceAndRefusesBadLayer) {
   const auto wide = testing::random_floats(3 * 96, seed + 3);
   ASSERT_TRUE(write_npy_f32((dir.path / "x.npy").string(), wide.data(), {3, 96}).ok());
   EXPECT_EQ(run_cli(common + " --layer 0"), 2) << "x of the wrong width";
+  auto nan_x = x;
+  nan_x[70] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(write_npy_f32((dir.path / "x.npy").string(), nan_x.data(), {3, 64}).ok());
+  EXPECT_EQ(run_cli(common + " --layer 0"), 2) << "x holding NaN";
 }
 
 }  // namespace

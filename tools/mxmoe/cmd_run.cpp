@@ -29,9 +29,16 @@ int fail(const Status& s) {
   return 2;
 }
 
-// x: from --input (float32 [T, H]) or N(0, 1) in --seed.
+// x: from --input (float32 [T, H], finite) or N(0, 1) in --seed.
 Status load_input(const RunOptions& o, int64_t hidden, NpyArray* x) {
-  if (!o.input.empty()) return read_npy_f32_matrix(o.input, hidden, x);
+  if (!o.input.empty()) {
+    MXMOE_RETURN_IF_ERROR(read_npy_f32_matrix(o.input, hidden, x));
+    for (size_t i = 0; i < x->data.size(); ++i)
+      if (!std::isfinite(x->data[i]))
+        return Status::InvalidArgument(fmt::format("{}: non-finite value {} at [{}, {}]", o.input,
+                                                   x->data[i], i / size_t(hidden), i % size_t(hidden)));
+    return Status::Ok();
+  }
   std::mt19937_64 rng(o.weights.seed + 1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   x->shape = {o.tokens, hidden};
