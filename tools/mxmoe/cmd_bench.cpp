@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "mxmoe/device.h"
+#include "model_presets.h"
 #include "mxmoe/dispatch.h"
 #include "plot_png.h"
 #include "roofline.h"
@@ -44,8 +45,8 @@ std::string today() {
 
 int run(const BenchOptions& o) {
   std::vector<std::pair<std::string, MoeShape>> models;
-  if (o.model == "all" || o.model == "gpt-oss-20b") models.emplace_back("gpt-oss-20b", kGptOss20b);
-  if (o.model == "all" || o.model == "gpt-oss-120b") models.emplace_back("gpt-oss-120b", kGptOss120b);
+  for (const ModelPreset& m : kModelPresets)
+    if (o.model == "all" || o.model == m.name) models.emplace_back(m.name, m.shape);
   if (o.quick && o.model == "all") models.resize(1);
 
   std::string why;
@@ -124,7 +125,11 @@ Runner add_bench(CLI::App& parent) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* app = parent.add_subcommand("bench", "Time a backend over a token sweep on GPT-OSS shapes");
   app->add_option("--model", o->model, "gpt-oss-20b, gpt-oss-120b or all")
-      ->check(CLI::IsMember({"all", "gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();
+      ->check(CLI::IsMember([] {
+        auto names = model_names();
+        names.push_back("all");
+        return names;
+      }()))->capture_default_str();
   app->add_option("--backend", o->backend, "auto, cpu, portable, sm90, sm100, sm120")->capture_default_str();
   app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; CPU: 1 4)")->delimiter(',');
   app->add_flag("--quick", o->quick, "A short smoke run: T = 1, 4 on one model");

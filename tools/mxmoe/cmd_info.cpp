@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "model_presets.h"
 #include "mxmoe/checkpoint.h"
 #include "mxmoe/device.h"
 #include "mxmoe/dispatch.h"
@@ -24,7 +25,7 @@ int fail(const Status& s) {
 }
 
 int run(const InfoOptions& o) {
-  MoeShape shape = o.model == "gpt-oss-120b" ? kGptOss120b : kGptOss20b;
+  MoeShape shape = *find_model(o.model);  // the option accepts preset names only
   std::string shape_source = o.model + " shape";
   if (!o.checkpoint.empty()) {
     std::unique_ptr<Checkpoint> ckpt;
@@ -55,7 +56,7 @@ Runner add_info(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("info", "Build, devices, backends, the one `auto` picks, padded shapes");
   app->add_option("--checkpoint", o->checkpoint, "Show padded shapes and bytes for this checkpoint's shape");
   app->add_option("--model", o->model, "Shape preset when no checkpoint is given")
-      ->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();
+      ->check(CLI::IsMember(model_names()))->capture_default_str();
   return [o] { return run(*o); };
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model_presets.h"
 #include "mxmoe/checkpoint.h"
 
 namespace mxmoe::cli {
@@ -12,7 +13,7 @@ namespace mxmoe::cli {
 void add_weights_options(CLI::App& app, WeightsOptions& o) {
   app.add_flag("--random-weights", o.random, "Synthetic MXFP4 weights (deterministic in --seed)");
   app.add_option("--seed", o.seed, "Seed for synthetic weights and inputs")->capture_default_str();
-  app.add_option("--model", o.model, "Shape preset")->check(CLI::IsMember({"gpt-oss-20b", "gpt-oss-120b"}));
+  app.add_option("--model", o.model, "Shape preset")->check(CLI::IsMember(model_names()));
   app.add_option("--experts", o.shape.experts, "Experts E")->capture_default_str();
   app.add_option("--hidden", o.shape.hidden, "Hidden size H (multiple of 32)")->capture_default_str();
   app.add_option("--intermediate", o.shape.intermediate, "Expert intermediate size I (multiple of 32)")
@@ -63,8 +64,7 @@ Status load_checkpoint(const WeightsOptions& o, LoadedWeights* out) {
 
 Status load_weights(const WeightsOptions& o, LoadedWeights* out) {
   MoeShape shape = o.shape;
-  if (o.model == "gpt-oss-20b") shape.experts = kGptOss20b.experts;
-  if (o.model == "gpt-oss-120b") shape.experts = kGptOss120b.experts;
+  if (const MoeShape* preset = find_model(o.model)) shape.experts = preset->experts;
   if (o.random && !o.checkpoint.empty())
     return Status::InvalidArgument("pass either --random-weights or --checkpoint, not both");
   if (!o.checkpoint.empty()) return load_checkpoint(o, out);
