@@ -1,8 +1,12 @@
-// Code swizzles, bit-exactly, against the layout formula written element-wise.
+// Code swizzles, bit-exactly, against the layout formula written element-wise
+// and the kernel's rotate-and-mask extraction of each bf16 pair.
+#include <cmath>
+#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
 
 namespace mxmoe {
@@ -24,6 +28,26 @@ int64_t mma16_position(int64_t row, int64_t byte, int64_t row_bytes) {
   return base + (full_bytes / 64) * 1024 + r * 256 + (4 * g + t) * 8 + w;
 }
 
+uint32_t rotr(uint32_t v, int n) { return n == 0 ? v : (v >> n) | (v << (32 - n)); }
+
+// The kernel's extraction of bf16 pair i from a stored word (rotate + mask).
+uint32_t extract_pair(uint32_t w, int i) {
+  switch (i) {
+    case 0: return w & 0x81C081C0u;
+    case 1: return rotr(w, 4) & 0x81C081C0u;
+    case 2: return rotr(w, 10) & 0x81C081C0u;
+    default: return (rotr(w, 6) & 0x81808180u) | (rotr(w, 14) & 0x00400040u);
+  }
+}
+
+// A bf16 bit pattern times 2^126 (the extraction yields E2M1 value * 2^-126).
+double bf16_pattern_value(uint32_t bits16) {
+  uint32_t f = bits16 << 16;
+  float v;
+  std::memcpy(&v, &f, 4);
+  return std::ldexp(double(v), 126);
+}
+
 TEST(Swizzle, MmaRowGroups16IsTheFragmentOrder) {
   for (int64_t cols : {64, 128, 192, 2880, 2944, 768}) {
     const int64_t rows = 48, row_bytes = cols / 2;
@@ -33,12 +57,32 @@ TEST(Swizzle, MmaRowGroups16IsTheFragmentOrder) {
     ASSERT_TRUE(swizzle_codes(WeightSwizzle::kMmaRowGroups16, dense.data(), rows, cols, out.data()).ok());
     std::vector<bool> hit(out.size(), false);
     for (int64_t row = 0; row < rows; ++row)
-      for (int64_t b = 0; b < row_bytes; ++b) {
+      for (int64_t b = 0; b < row_bytes; b += 4) {
+        // A 4-byte word moves as a whole; its 8 codes come back from the
+        // kernel's extraction as pairs (n_i, n_{i+4}).
         const int64_t at = mma16_position(row, b, row_bytes);
-        ASSERT_LT(at, int64_t(out.size()));
-        ASSERT_EQ(out[size_t(at)], dense[size_t(row * row_bytes + b)]) << "cols " << cols << " row " << row << " byte " << b;
-        ASSERT_FALSE(hit[size_t(at)]) << "two bytes land on " << at;
-        hit[size_t(at)] = true;
+        ASSERT_LT(at + 3, int64_t(out.size()));
+        ASSERT_EQ(at % 4, 0);
+        for (int j = 1; j < 4; ++j) ASSERT_EQ(mma16_position(row, b + j, row_bytes), at + j);
+        uint32_t w;
+        std::memcpy(&w, out.data() + at, 4);
+        const uint8_t* src = dense.data() + row * row_bytes + b;
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t pair = extract_pair(w, i);
+          const uint8_t lo = uint8_t(i % 2 == 0 ? src[i / 2] & 0xF : src[i / 2] >> 4);
+          const uint8_t hi = uint8_t(i % 2 == 0 ? src[2 + i / 2] & 0xF : src[2 + i / 2] >> 4);
+          ASSERT_EQ(bf16_pattern_value(pair & 0xFFFF), double(e2m1_to_float(lo)))
+              << "cols " << cols << " row " << row << " byte " << b << " pair " << i;
+          ASSERT_EQ(bf16_pattern_value(pair >> 16), double(e2m1_to_float(hi)))
+              << "cols " << cols << " row " << row << " byte " << b << " pair " << i;
+          // Negative zero keeps its sign bit.
+          ASSERT_EQ((pair >> 15) & 1, uint32_t(lo >> 3));
+          ASSERT_EQ(pair >> 31, uint32_t(hi >> 3));
+        }
+        for (int j = 0; j < 4; ++j) {
+          ASSERT_FALSE(hit[size_t(at + j)]) << "two bytes land on " << at + j;
+          hit[size_t(at + j)] = true;
+        }
       }
   }
 }

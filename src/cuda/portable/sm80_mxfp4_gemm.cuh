@@ -22,13 +22,15 @@
 //     operands. Lane t's logical k slots of step s are mapped onto its own 32
 //     physical elements, so A (weights) and B (activations) fragments come
 //     straight from global memory with 16-byte loads, no shared memory and no
-//     ldmatrix. The nibble extraction below yields bf16 pairs (n_i, n_{i+4}) of
-//     a 32-bit code word; the activation words are paired the same way with
-//     one PRMT each.
+//     ldmatrix. The extraction below yields bf16 pairs (n_i, n_{i+4}) of a
+//     32-bit code word (whose bits the preparation permuted for it); the
+//     activation words are paired the same way with one PRMT each.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cstdint>
+
+#include "cuda/portable/pdl.cuh"
 
 namespace mxmoe::portable {
 
@@ -99,36 +101,36 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
-// E2M1 nibbles at bits [12,16) and [28,32) of q -> bf16x2 whose value is the
-// E2M1 value times 2^-126: sign to bit 15, (e1 e0 m) to bits 8..6, i.e. the two
+// Pair i = (n_i, n_{i+4}) of a stored code word -> bf16x2 whose values are the
+// E2M1 values times 2^-126: sign at bit 15, (e1 e0 m) at bits 8..6, so the two
 // exponent bits land in the low bf16 exponent bits and m in the top mantissa
-// bit. e = 0 (codes 0 and 0.5) becomes a bf16 subnormal, which bf16 FMA keeps.
-__device__ __forceinline__ uint32_t e2m1_pair_hi(uint32_t q) {
-  return (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+// bit; e = 0 (codes 0 and 0.5) becomes a bf16 subnormal, which bf16 FMA keeps.
+// The preparation stored the bits so that this is one funnel-shift rotate and
+// one AND (two of each for pair 3), instead of two shifts and two masks per
+// pair on the dense nibble order (WeightSwizzle::kMmaRowGroups16).
+__device__ __forceinline__ uint32_t e2m1_pair_bits(uint32_t w, int i) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  switch (i) {
+    case 0: return w & kMask;
+    case 1: return __funnelshift_r(w, w, 4) & kMask;
+    case 2: return __funnelshift_r(w, w, 10) & kMask;
+    default: return (__funnelshift_r(w, w, 6) & 0x81808180u) | (__funnelshift_r(w, w, 14) & 0x00400040u);
+  }
 }
 
 // bf16x2 factors folding 2^126 and the E8M0 scale 2^(s-127): one multiply by
-// 2^(s-1) when that fits bf16 (s <= 128), else 2^126 then 2^(s-127); s = 0xFF
-// (NaN scale) gives NaN, as the format says.
+// f1 = 2^(s-1) when that fits bf16 (s <= 128, every scale of real weights),
+// else f1 = 2^126 then f2 = 2^(s-127); s = 0xFF (NaN scale) gives NaN, as the
+// format says. Branch-free: the caller picks the one- or two-multiply path
+// once per chunk for the whole warp.
 struct ScaleFactor {
   uint32_t f1, f2;
-  bool two;
 };
 __device__ __forceinline__ ScaleFactor scale_factor(uint32_t s) {
-  ScaleFactor f;
-  if (s <= 128u) {
-    const uint32_t b = (s + 126u) << 7;
-    f.f1 = b | (b << 16);
-    f.f2 = 0;
-    f.two = false;
-  } else {
-    const uint32_t b1 = 253u << 7;
-    const uint32_t b2 = s == 255u ? 0x7FC0u : (s << 7);
-    f.f1 = b1 | (b1 << 16);
-    f.f2 = b2 | (b2 << 16);
-    f.two = true;
-  }
-  return f;
+  const uint32_t one = (s + 126u) << 7;
+  const uint32_t b1 = s <= 128u ? one : 253u << 7;
+  const uint32_t b2 = s == 255u ? 0x7FC0u : (s <= 128u ? 0x3F80u : s << 7);  // 0x3F80 = 1.0
+  return {b1 | (b1 << 16), b2 | (b2 << 16)};
 }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -141,30 +143,26 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 }
 
 // One K chunk: NW code words (8 elements each) per weight row per lane;
-// NW = 4 for a 128-wide chunk, 2 for the 64-wide tail.
-template <int NT, int NW>
-__device__ __forceinline__ void chunk_mma(const uint32_t (&q)[2][2][4], const uint32_t (&s)[2][2],
-                                          const uint16_t* const (&arow)[NT], int act_col,
-                                          bool act_ok, float (&acc)[2][NT][4]) {
-  ScaleFactor f[2][2];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) f[m][r] = scale_factor(s[m][r]);
+// NW = 4 for a 128-wide chunk, 2 for the 64-wide tail. kTwoStep: some scale of
+// the warp's chunk is above 128 (two multiplies per pair).
+template <int KM, int NT, int NW, bool kTwoStep>
+__device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], const ScaleFactor (&f)[KM][2],
+                                                 const uint16_t* const (&arow)[NT], int act_col,
+                                                 bool act_ok, float (&acc)[KM][NT][4]) {
   // Pair idx = 4w + i of row (m, r): bf16 pair (n_i, n_{i+4}) of code word w.
   auto deq = [&](int m, int r, int idx) {
-    uint32_t v = bf16x2_mul(e2m1_pair_hi(q[m][r][idx >> 2] << (4 * (3 - (idx & 3)))), f[m][r].f1);
-    if (f[m][r].two) v = bf16x2_mul(v, f[m][r].f2);
+    uint32_t v = bf16x2_mul(e2m1_pair_bits(q[m][r][idx >> 2], idx & 3), f[m][r].f1);
+    if constexpr (kTwoStep) v = bf16x2_mul(v, f[m][r].f2);
     return v;
   };
   // With several token subtiles every A pair is reused NT times: dequantise the
   // chunk once. With one subtile (decode) each pair is used once: dequantise it
   // right before its mma, which keeps 64 registers free for loads in flight.
   constexpr bool kHoist = NT > 1;
-  uint32_t A[2][2][kHoist ? 4 * NW : 1];
+  uint32_t A[KM][2][kHoist ? 4 * NW : 1];
   if constexpr (kHoist) {
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < KM; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -191,7 +189,7 @@ __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[2][2][4], const ui
       const uint32_t b1 = prmt(X[4 * w + h], X[4 * w + h + 2], 0x7632);  // (x_{2h+1}, x_{2h+5})
       const int p = 4 * w + 2 * h;
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < KM; ++m) {
         if constexpr (kHoist)
           mma_bf16(acc[m][j], A[m][0][p], A[m][1][p], A[m][0][p + 1], A[m][1][p + 1], b0, b1);
         else
@@ -201,26 +199,50 @@ __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[2][2][4], const ui
   }
 }
 
+// The scale factors of the lane's four rows, then the warp-uniform choice of
+// the one-multiply path (all scales <= 128) or the two-multiply path, so the
+// dequantisation has no per-pair branch for the scheduler to stall on.
+template <int KM, int NT, int NW>
+__device__ __forceinline__ void chunk_mma(const uint32_t (&q)[KM][2][4], const uint32_t (&s)[KM][2],
+                                          const uint16_t* const (&arow)[NT], int act_col,
+                                          bool act_ok, float (&acc)[KM][NT][4]) {
+  ScaleFactor f[KM][2];
+  bool big = false;
+#pragma unroll
+  for (int m = 0; m < KM; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      f[m][r] = scale_factor(s[m][r]);
+      big |= s[m][r] > 128u;
+    }
+  if (__any_sync(0xffffffffu, big))
+    chunk_mma_scaled<KM, NT, NW, true>(q, f, arow, act_col, act_ok, acc);
+  else
+    chunk_mma_scaled<KM, NT, NW, false>(q, f, arow, act_col, act_ok, acc);
+}
+
 }  // namespace detail
 
-// Decode (NT == 1): the 8 warps of a block split K over the same 32
-// weight rows (a GEMV has too few rows per SM otherwise to keep enough bytes in
+// Decode (NT == 1): the 8 warps of a block split K over the same 32 weight
+// rows (a GEMV has too few rows per SM otherwise to keep enough bytes in
 // flight), reduced through shared memory in a fixed order; codes are loaded
-// two chunks ahead. Prefill (NT > 1): the warps split N (4 x 32 = 128 weight
+// one chunk ahead. Prefill (NT > 1): the warps split N (4 x 32 = 128 weight
 // rows) over the same tokens, so the block's activation loads hit L1 for three
 // warps out of four, and each warp runs the whole K.
-// Decode v1 split K over 4 warps: ncu showed GEMM1 at 1.4 TB/s with ~6 chunks
-// per warp, each exposing an L2 round trip for its activations, so v2 splits
-// over 8 warps (about 3 chunks each, all of a warp's codes requested up front).
+// Measured alternatives (docs/PERF.md): 4 warps split K (v1) and two chunks
+// ahead (v2) were slower; so were 16-row blocks with every code load of a warp
+// issued up front (v7b: the per-warp prologue and reduction then cost more
+// than the exposed load latency they hid).
 template <int NT>
 struct GemmConfig {
   static constexpr bool kSplitK = NT == 1;
   static constexpr int kWarps = kSplitK ? 8 : 4;
-  static constexpr int kRowsPerBlock = kSplitK ? 32 : 32 * kWarps;
-  // Decode: 3 x 256 threads per SM (<= 85 registers, no spills with one chunk
-  // of codes ahead): ncu of 2 blocks per SM showed 4 warps per scheduler
-  // issuing every 6.5 cycles with HBM at 31%, so more warps overlap more.
-  static constexpr int kDepth = 1;                    // chunks of codes loaded ahead
+  static constexpr int kM = 2;  // m16 subtiles (16 weight rows) per warp
+  static constexpr int kRowsPerBlock = kSplitK ? 16 * kM : 16 * kM * kWarps;
+  static constexpr int kDepth = 1;  // chunks of codes loaded ahead
+  // Decode: 3 x 256 threads per SM (<= 85 registers, no spills): ncu of 2
+  // blocks per SM showed 4 warps per scheduler issuing every 6.5 cycles with
+  // HBM at 31%, so more warps overlap more.
   static constexpr int kMinBlocks = kSplitK ? 3 : 1;
 };
 
@@ -232,23 +254,34 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   constexpr int kW = Cfg::kWarps;
   // Split-K partial sums: [warp][(m*NT + j)*4 + c][lane], lanes contiguous so
   // the reduction reads are free of bank conflicts.
-  __shared__ float red[Cfg::kSplitK ? kW : 1][2 * NT * 4][32];
+  constexpr int KM = Cfg::kM;
+  __shared__ float red[Cfg::kSplitK ? kW : 1][KM * NT * 4][32];
 
   const int ti = blockIdx.x;
-  if (ti >= *p.num_tiles) return;  // the grid is sized from an upper bound
+  wait_for_previous_kernels();  // the tile schedule and activations come from earlier kernels
+  allow_next_kernel();
+  // Three independent loads in flight at once (the schedule arrays hold
+  // gridDim.x entries); entries past the tile count are not used.
+  const int n_tiles = *p.num_tiles;
   const int e = p.tile_expert[ti];
   const int row0 = p.tile_row[ti];
+  if (ti >= n_tiles) return;  // the grid is sized from an upper bound
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 32 * warp);
+  const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 16 * KM * warp);
   if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
 
   // Row (m, r) of this lane is nb + 16m + 2g + r. Codes are in fragment order
   // (WeightSwizzle::kMmaRowGroups16): rows nb + 16m .. +15 are one group whose
   // chunk c is the 1 KB at 1024c, laid out [r][lane][16 bytes].
-  const uint8_t* group[2] = {p.codes + e * p.code_expert_stride + int64_t(nb) * p.code_row_stride,
-                             p.codes + e * p.code_expert_stride + int64_t(nb + 16) * p.code_row_stride};
+  const uint8_t* group[KM];
+  int soff[KM][2];
+#pragma unroll
+  for (int m = 0; m < KM; ++m) {
+    group[m] = p.codes + e * p.code_expert_stride + int64_t(nb + 16 * m) * p.code_row_stride;
+    soff[m][0] = int((16 * m) * p.scale_row_stride);
+    soff[m][1] = int((16 * m + 1) * p.scale_row_stride);
+  }
   const uint8_t* sbase = p.scales + e * p.scale_expert_stride + int64_t(nb + 2 * g) * p.scale_row_stride;
-  const int soff[2][2] = {{0, int(p.scale_row_stride)}, {int(16 * p.scale_row_stride), int(17 * p.scale_row_stride)}};
   const uint16_t* arow[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -259,9 +292,9 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     else arow[j] = p.act_in + int64_t(r) * p.act_in_stride;
   }
 
-  float acc[2][NT][4];
+  float acc[KM][NT][4];
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
+  for (int m = 0; m < KM; ++m)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -271,9 +304,9 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   const int step = Cfg::kSplitK ? kW : 1;
   // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
   // lane's E8M0 scale of that chunk: one MX block per row.
-  auto load_full = [&](int c, uint32_t (&qq)[2][2][4], uint32_t (&ss)[2][2]) {
+  auto load_full = [&](int c, uint32_t (&qq)[KM][2][4], uint32_t (&ss)[KM][2]) {
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < KM; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint4 v = detail::ld_stream16(group[m] + 1024 * c + 512 * r + 16 * lane);
@@ -281,10 +314,10 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         ss[m][r] = sbase[soff[m][r] + c * 4 + t];
       }
   };
-  auto copy = [](uint32_t (&dq)[2][2][4], uint32_t (&ds)[2][2], const uint32_t (&sq)[2][2][4],
-                 const uint32_t (&sss)[2][2]) {
+  auto copy = [](uint32_t (&dq)[KM][2][4], uint32_t (&ds)[KM][2], const uint32_t (&sq)[KM][2][4],
+                 const uint32_t (&sss)[KM][2]) {
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < KM; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         ds[m][r] = sss[m][r];
@@ -292,7 +325,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         for (int w = 0; w < 4; ++w) dq[m][r][w] = sq[m][r][w];
       }
   };
-  uint32_t q[Cfg::kDepth + 1][2][2][4], s[Cfg::kDepth + 1][2][2];
+  uint32_t q[Cfg::kDepth + 1][KM][2][4], s[Cfg::kDepth + 1][KM][2];
   const int c0 = Cfg::kSplitK ? warp : 0;
 #pragma unroll
   for (int d = 0; d < Cfg::kDepth; ++d)
@@ -301,14 +334,14 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     const int ahead = c + Cfg::kDepth * step;
     if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
     const int col = c * 128 + t * 32;
-    detail::chunk_mma<NT, 4>(q[0], s[0], arow, col, col < p.k_valid, acc);
+    detail::chunk_mma<KM, NT, 4>(q[0], s[0], arow, col, col < p.k_valid, acc);
 #pragma unroll
     for (int d = 0; d < Cfg::kDepth; ++d) copy(q[d], s[d], q[d + 1], s[d + 1]);
   }
   // 64-wide tail (K % 128 == 64): lane t owns 16 elements, half an MX block.
   if ((p.k & 127) != 0 && (!Cfg::kSplitK || warp == nfull % kW)) {
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < KM; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint2 v = detail::ld_stream8(group[m] + 1024 * nfull + 256 * r + 8 * lane);
@@ -316,7 +349,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
       }
     const int col = nfull * 128 + t * 16;
-    detail::chunk_mma<NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
+    detail::chunk_mma<KM, NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
   }
 
   // Epilogue of fragment (m, j): c0/c1 are weight row nb+16m+2g, c2/c3 the next
@@ -355,13 +388,13 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     // Fixed-order reduction of the kW partial sums; warp w finishes the (m, j)
     // fragments with (m*NT + j) % kW == w.
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < KM; ++m)
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int cc = 0; cc < 4; ++cc) red[warp][(m * NT + j) * 4 + cc][lane] = acc[m][j][cc];
     __syncthreads();
-    for (int mj = warp; mj < 2 * NT; mj += kW) {
+    for (int mj = warp; mj < KM * NT; mj += kW) {
       float v[4];
 #pragma unroll
       for (int cc = 0; cc < 4; ++cc) {
@@ -374,7 +407,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     }
   } else {
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < KM; ++m)
 #pragma unroll
       for (int j = 0; j < NT; ++j) finish(m, j, acc[m][j]);
   }

@@ -4,10 +4,12 @@
 #include <cstdlib>
 
 #include <cuda_bf16.h>
+#include <cub/warp/warp_scan.cuh>
 
 #include <fmt/format.h>
 
 #include "cuda/portable/heuristics.h"
+#include "cuda/portable/pdl.cuh"
 #include "cuda/portable/portable_launcher.h"
 #include "cuda/portable/sm80_mxfp4_gemm.cuh"
 #include "cuda/portable/sm80_mxfp4_gemm_launch.h"
@@ -33,6 +35,8 @@ smxx_router_topk(const uint16_t* __restrict__ x, int H, const uint16_t* __restri
   float* logits = smem + H;  // [E]
   const int tok = blockIdx.x;
   const uint16_t* xr = x + int64_t(tok) * H;
+  wait_for_previous_kernels();
+  allow_next_kernel();
   for (int h = threadIdx.x; h < H; h += blockDim.x) xs[h] = bf16f(xr[h]);
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -73,7 +77,9 @@ smxx_router_topk(const uint16_t* __restrict__ x, int H, const uint16_t* __restri
 
 // One block: per-expert counts, a padded exclusive scan (each expert's rows
 // rounded up to the token tile), the tile schedule, and a stable scatter of the
-// pairs in expert order (token order inside an expert). The scatter walks the
+// pairs in expert order (token order inside an expert). The scan is one warp's
+// (up to 8 experts a lane, cub::WarpScan across lanes): a single thread walking
+// 128 experts cost 11 us at T = 1 on the 120b shape. The scatter walks the
 // pairs in chunks of the block size; a pair's rank is its rank among equal ids
 // in its warp (match_any) plus the counts of earlier warps and earlier chunks,
 // so the order, and hence every row's position, is deterministic.
@@ -82,29 +88,50 @@ smxx_group_by_expert(const int32_t* __restrict__ ids, int n_pairs, int E, int ti
                      int32_t* __restrict__ sorted_pair, int32_t* __restrict__ pair_row,
                      int32_t* __restrict__ tile_expert, int32_t* __restrict__ tile_row,
                      int32_t* __restrict__ num_tiles) {
+  static_assert(kMaxExperts <= 8 * 32, "the scan gives each lane of one warp at most 8 experts");
+  using WarpScan = cub::WarpScan<int>;
+  __shared__ typename WarpScan::TempStorage scan_storage;
   extern __shared__ int ismem[];
   int* counts = ismem;           // [E]
-  int* base = ismem + E;         // [E] first padded row of expert e
+  int* first_tile = ismem + E;   // [E] first tile of expert e; its first row is first_tile[e] * tile
   int* running = ismem + 2 * E;  // [E] pairs of e placed so far
   int* wc = ismem + 3 * E;       // [32 warps][E] counts in this chunk
-  __shared__ int total_rows;
+  __shared__ int total_rows, total_tiles;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  wait_for_previous_kernels();
+  allow_next_kernel();
   for (int e = tid; e < E; e += blockDim.x) { counts[e] = 0; running[e] = 0; }
   __syncthreads();
   for (int i = tid; i < n_pairs; i += blockDim.x) atomicAdd(&counts[ids[i]], 1);  // order-free sum
   __syncthreads();
-  if (tid == 0) {
-    int off = 0, nt = 0;
-    for (int e = 0; e < E; ++e) {
-      base[e] = off;
-      const int tiles = (counts[e] + tile - 1) / tile;
-      for (int m = 0; m < tiles; ++m) { tile_expert[nt] = e; tile_row[nt] = off + m * tile; ++nt; }
-      off += tiles * tile;
+  if (warp == 0) {
+    const int per = (E + 31) / 32, e0 = lane * per, e1 = min(E, e0 + per);
+    int mine = 0;
+    for (int e = e0; e < e1; ++e) mine += (counts[e] + tile - 1) / tile;
+    int before = 0, all = 0;
+    WarpScan(scan_storage).ExclusiveSum(mine, before, all);
+    for (int e = e0; e < e1; ++e) {
+      first_tile[e] = before;
+      before += (counts[e] + tile - 1) / tile;
     }
-    *num_tiles = nt;
-    total_rows = off;
+    if (lane == 0) {
+      *num_tiles = all;
+      total_tiles = all;
+      total_rows = all * tile;
+    }
   }
   __syncthreads();
+  // Tile i belongs to the last expert whose first tile is <= i (binary search;
+  // experts with no tiles share their successor's first tile and are skipped).
+  for (int i = tid; i < total_tiles; i += blockDim.x) {
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (first_tile[mid] <= i) lo = mid; else hi = mid - 1;
+    }
+    tile_expert[i] = lo;
+    tile_row[i] = i * tile;
+  }
   for (int r = tid; r < total_rows; r += blockDim.x) sorted_pair[r] = -1;  // tile padding
   const unsigned lt_mask = (1u << lane) - 1u;
   for (int chunk = 0; chunk < n_pairs; chunk += blockDim.x) {
@@ -118,7 +145,7 @@ smxx_group_by_expert(const int32_t* __restrict__ ids, int n_pairs, int E, int ti
     if (e >= 0) {
       int rank = __popc(peers & lt_mask);
       for (int w = 0; w < warp; ++w) rank += wc[w * E + e];
-      const int pos = base[e] + running[e] + rank;
+      const int pos = first_tile[e] * tile + running[e] + rank;
       sorted_pair[pos] = pidx;
       pair_row[pidx] = pos;
     }
@@ -137,6 +164,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 smxx_combine(const float* __restrict__ ypair, const int32_t* __restrict__ pair_row, int k, int H,
              float* __restrict__ y) {
   const int tok = blockIdx.x;
+  wait_for_previous_kernels();
+  allow_next_kernel();
   for (int c = threadIdx.x; c < H / 4; c += blockDim.x) {
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i = 0; i < k; ++i) {
@@ -219,6 +248,12 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
         fmt::format("portable: workspace of {} bytes, {} needed", workspace_size, l.total));
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
     return Status::InvalidArgument("portable: workspace must be 256-byte aligned");
+  // Overlap each kernel's launch with the previous one's tail on SM90+.
+  int dev = 0, major = 0;
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  MXMOE_RETURN_IF_ERROR(
+      cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute"));
+  const bool overlap = major >= 9;
   char* ws = static_cast<char*>(workspace);
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
@@ -231,9 +266,10 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
     float* w_out = static_cast<float*>(at(l.weights));
     const size_t smem = size_t(H + E) * sizeof(float);
     if (smem > 48 * 1024) return Status::Unsupported(fmt::format("portable: router needs {} B of shared memory", smem));
-    smxx_router_topk<<<unsigned(T), kRouterThreads, smem, stream>>>(
-        a.x, int(H), w.router_weight, Hp, w.router_bias, int(E), int(k), ids_out, w_out);
-    MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "router launch"));
+    MXMOE_RETURN_IF_ERROR(cuda_status(
+        launch_kernel(smxx_router_topk, dim3(unsigned(T)), dim3(kRouterThreads), smem, stream, overlap,
+                      a.x, int(H), w.router_weight, int64_t(Hp), w.router_bias, int(E), int(k), ids_out, w_out),
+        "router launch"));
     ids = ids_out;
     rweights = w_out;
   }
@@ -247,9 +283,10 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
     const size_t smem = size_t(35 * E) * sizeof(int);
     // Fewer threads for few pairs: the kernel is a chain of block barriers.
     const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(128, (T * k + 31) / 32 * 32)));
-    smxx_group_by_expert<<<1, threads, smem, stream>>>(ids, int(T * k), int(E), l.tile, sorted_pair,
-                                                            pair_row, tile_expert, tile_row, num_tiles);
-    MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "grouping launch"));
+    MXMOE_RETURN_IF_ERROR(cuda_status(
+        launch_kernel(smxx_group_by_expert, dim3(1), dim3(unsigned(threads)), smem, stream, overlap, ids,
+                      int(T * k), int(E), l.tile, sorted_pair, pair_row, tile_expert, tile_row, num_tiles),
+        "grouping launch"));
   }
 
   uint16_t* act = static_cast<uint16_t*>(at(l.act));
@@ -277,7 +314,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.act_out_stride = Ip;
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
-  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, true, l.max_tiles, stream), "GEMM1 launch"));
+  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, true, l.max_tiles, overlap, stream), "GEMM1 launch"));
 
   GemmParams g2 = g1;
   g2.codes = w.w2_codes;
@@ -297,10 +334,12 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g2.y_out = ypair;
   g2.n_valid = int(H);
   g2.route_w = rweights;
-  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, false, l.max_tiles, stream), "GEMM2 launch"));
+  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, false, l.max_tiles, overlap, stream), "GEMM2 launch"));
 
-  smxx_combine<<<unsigned(T), kCombineThreads, 0, stream>>>(ypair, pair_row, int(k), int(H), a.y);
-  return cuda_status(cudaGetLastError(), "combine launch");
+  return cuda_status(launch_kernel(smxx_combine, dim3(unsigned(T)), dim3(kCombineThreads), 0, stream, overlap,
+                                   static_cast<const float*>(ypair), static_cast<const int32_t*>(pair_row),
+                                   int(k), int(H), a.y),
+                     "combine launch");
 }
 
 }  // namespace mxmoe::portable
