@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build (sm_90a only), GPU tests, compute-sanitizer, SASS and
-# resource checks, benchmark. Logs go to $OUT (at most 8 files).
+# resource checks, benchmark. Logs go to $OUT: summary.txt, logs.txt (build,
+# tests, sanitizer), sass.txt, bench.{txt,json,png}; two of the 8 files a
+# device call returns are left for extra measurements.
 # Usage (repository root): bash scripts/gpu-check.sh
 # Env: BUILD_DIR (default /tmp/build), SKIP_SANITIZER=1, SKIP_BENCH=1,
 #      BENCH_BACKEND (default portable), BENCH_ARGS (extra `mxmoe bench` flags),
@@ -17,11 +19,11 @@ say "date: $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee -a "$S"
 
 t0=$(date +%s)
-cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a > "$OUT/build.log" 2>&1 &&
-  cmake --build "$B" -j16 >> "$OUT/build.log" 2>&1
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a > "$OUT/logs.txt" 2>&1 &&
+  cmake --build "$B" -j16 >> "$OUT/logs.txt" 2>&1
 rc=$?
 say "build: rc=$rc ($(( $(date +%s) - t0 )) s)"
-if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
+if [ $rc -ne 0 ]; then tail -40 "$OUT/logs.txt"; exit 1; fi
 
 # Registers, shared memory, spills of every kernel (from the object files).
 {
@@ -38,24 +40,29 @@ if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
   for op in HMMA PRMT HMUL2 HFMA2 LDG LDGSTS STG LDL STL BAR; do
     echo "$op: $(grep -cE "\b$op" /tmp/gemm.sass)"
   done
+  echo "== SASS of the decode GEMM1 instance"
+  awk '/Function : .*gemmILi1ELb1E/{p=1} p&&/Function : /&&!/gemmILi1ELb1E/{p=0} p' /tmp/gemm.sass
 } > "$OUT/sass.txt" 2>&1
 say "HMMA in SASS: $(grep -c HMMA /tmp/gemm.sass)  local-memory ops (LDL/STL): $(grep -cE '\b(LDL|STL)' /tmp/gemm.sass)"
 
 t0=$(date +%s)
-ctest --test-dir "$B" -L gpu --output-on-failure > "$OUT/ctest.log" 2>&1
-say "ctest -L gpu: rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+ctest --test-dir "$B" -L gpu --output-on-failure > /tmp/ctest.log 2>&1
+rc=$?
+cat /tmp/ctest.log >> "$OUT/logs.txt"
+say "ctest -L gpu: rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   T=$B/tests/portable_test
   t0=$(date +%s)
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$T" > "$OUT/sanitizer.log" 2>&1
-  say "memcheck (full suite): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$T" > /tmp/sanitizer.log 2>&1
+  say "memcheck (full suite): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY' /tmp/sanitizer.log | tail -1)"
   for tool in racecheck synccheck; do
     t0=$(date +%s)
     MXMOE_TEST_QUICK=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$T" \
-      --gtest_filter='*SmallShape*:*OddShape*:*GptOssHidden*:*FusedRouter*' >> "$OUT/sanitizer.log" 2>&1
-    say "$tool (quick): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+      --gtest_filter='*SmallShape*:*OddShape*:*GptOssHidden*:*FusedRouter*' >> /tmp/sanitizer.log 2>&1
+    say "$tool (quick): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitizer.log | tail -1)"
   done
+  cat /tmp/sanitizer.log >> "$OUT/logs.txt"
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -118,19 +118,19 @@ __device__ __forceinline__ uint32_t e2m1_pair_bits(uint32_t w, int i) {
   }
 }
 
-// bf16x2 factors folding 2^126 and the E8M0 scale 2^(s-127): one multiply by
-// f1 = 2^(s-1) when that fits bf16 (s <= 128, every scale of real weights),
-// else f1 = 2^126 then f2 = 2^(s-127); s = 0xFF (NaN scale) gives NaN, as the
-// format says. Branch-free: the caller picks the one- or two-multiply path
-// once per chunk for the whole warp.
+// bf16x2 factors folding 2^126 and the E8M0 scale 2^(s-127). Fast path (every
+// scale of the warp's chunk below 128, as in real weights): one multiply by
+// f1 = 2^(s-1), whose bf16 exponent field is s + 126, placed in both halves
+// by one multiply. Otherwise f1 = 2^126 then f2 = 2^(s-127); s = 0xFF (NaN
+// scale) gives NaN, as the format says.
 struct ScaleFactor {
   uint32_t f1, f2;
 };
-__device__ __forceinline__ ScaleFactor scale_factor(uint32_t s) {
-  const uint32_t one = (s + 126u) << 7;
-  const uint32_t b1 = s <= 128u ? one : 253u << 7;
-  const uint32_t b2 = s == 255u ? 0x7FC0u : (s <= 128u ? 0x3F80u : s << 7);  // 0x3F80 = 1.0
-  return {b1 | (b1 << 16), b2 | (b2 << 16)};
+__device__ __forceinline__ uint32_t scale_factor_small(uint32_t s) { return (s + 126u) * 0x00800080u; }
+__device__ __forceinline__ ScaleFactor scale_factor_any(uint32_t s) {
+  const uint32_t b1 = s < 128u ? s + 126u : 253u;
+  const uint32_t b2 = s == 255u ? 0x7FC0u : (s < 128u ? 0x3F80u : s << 7);  // 0x3F80 = 1.0
+  return {b1 * 0x00800080u, b2 | (b2 << 16)};
 }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -199,26 +199,30 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], 
   }
 }
 
-// The scale factors of the lane's four rows, then the warp-uniform choice of
-// the one-multiply path (all scales <= 128) or the two-multiply path, so the
-// dequantisation has no per-pair branch for the scheduler to stall on.
+// The warp-uniform choice of the one-multiply path (every scale of the warp's
+// chunk below 128: no bit 7 in the OR of the lane's four bytes) or the
+// two-multiply path, so the dequantisation has no per-pair branch to stall on.
 template <int KM, int NT, int NW>
 __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[KM][2][4], const uint32_t (&s)[KM][2],
                                           const uint16_t* const (&arow)[NT], int act_col,
                                           bool act_ok, float (&acc)[KM][NT][4]) {
+  uint32_t any = 0;
+#pragma unroll
+  for (int m = 0; m < KM; ++m) any |= s[m][0] | s[m][1];
   ScaleFactor f[KM][2];
-  bool big = false;
+  if (__any_sync(0xffffffffu, (any & 0x80u) != 0)) {
 #pragma unroll
-  for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < KM; ++m)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      f[m][r] = scale_factor(s[m][r]);
-      big |= s[m][r] > 128u;
-    }
-  if (__any_sync(0xffffffffu, big))
+      for (int r = 0; r < 2; ++r) f[m][r] = scale_factor_any(s[m][r]);
     chunk_mma_scaled<KM, NT, NW, true>(q, f, arow, act_col, act_ok, acc);
-  else
+  } else {
+#pragma unroll
+    for (int m = 0; m < KM; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) f[m][r] = {scale_factor_small(s[m][r]), 0u};
     chunk_mma_scaled<KM, NT, NW, false>(q, f, arow, act_col, act_ok, acc);
+  }
 }
 
 }  // namespace detail
