@@ -1,8 +1,10 @@
 // The multi-GPU layer (tensor and expert parallel over NCCL) against the
 // single-GPU portable backend and the CPU reference, and the expert-parallel
 // kernels against the host dispatch plan. Cases needing more GPUs than are
-// visible skip, saying how many they need.
+// visible skip, saying how many they need. MXMOE_TEST_QUICK=1 keeps a reduced
+// sweep (for compute-sanitizer runs).
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -74,11 +76,18 @@ struct Scenario {
   std::vector<RouteMode> modes;
 };
 
+bool quick() {
+  const char* q = std::getenv("MXMOE_TEST_QUICK");
+  return q && *q && std::string(q) != "0";
+}
+
 // Small shapes get every token count and routing; the GPT-OSS hidden size a
-// few (the CPU reference dominates the run time).
+// few (the CPU reference dominates the run time). MXMOE_TEST_QUICK=1 (for
+// compute-sanitizer runs) keeps the small shape and one H = 2880 forward.
 std::vector<Scenario> scenarios() {
   const std::vector<RouteMode> all = {RouteMode::kRouter, RouteMode::kRandom, RouteMode::kOneExpert,
                                       RouteMode::kLowExperts};
+  if (quick()) return {{{16, 160, 160, 4}, {1, 3, 129}, all}, {{32, 2880, 736, 4}, {1}, {RouteMode::kRandom}}};
   return {{{16, 160, 160, 4}, {1, 3, 129}, all},
           {{32, 2880, 736, 4}, {1, 129}, {RouteMode::kRouter, RouteMode::kRandom}},
           {{32, 2880, 2880, 4}, {3, 129}, {RouteMode::kOneExpert, RouteMode::kLowExperts}}};
