@@ -112,6 +112,7 @@ class EpLayer final : public ParallelLayer {
       MXMOE_RETURN_IF_ERROR(k->counts.reserve(size_t(n)));
       MXMOE_RETURN_IF_ERROR(k->all_counts.reserve(size_t(n * n)));
       MXMOE_RETURN_IF_ERROR(k->scratch.reserve(1));
+      PARALLEL_CUDA(cudaMemset(k->scratch.get(), 0, sizeof(float)));
       ranks_[size_t(r)] = std::move(k);
       return Status::Ok();
     });

@@ -67,6 +67,7 @@ class TpLayer final : public ParallelLayer {
       MXMOE_RETURN_IF_ERROR(portable::upload_weights(shard.prepared, 0, &k->weights));
       PARALLEL_CUDA(cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking));
       MXMOE_RETURN_IF_ERROR(k->scratch.reserve(1));
+      PARALLEL_CUDA(cudaMemset(k->scratch.get(), 0, sizeof(float)));
       ranks_[size_t(r)] = std::move(k);
       return Status::Ok();
     });
