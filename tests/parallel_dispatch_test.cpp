@@ -199,6 +199,21 @@ TEST(ExpertParallelProtocol, HostReplayMatchesTheReference) {
   }
 }
 
+TEST(TensorParallelShards, GptOssIntermediateSplitsIntoAlignedSlices) {
+  // I = 2880 at TP 2, 4, 8: each rank's slice is whole 64-column steps of the
+  // portable GEMM (2880 / 4 = 720 is not, so the split pads to 3072 first).
+  const std::pair<int, int64_t> expected[] = {{1, 2880}, {2, 1472}, {4, 768}, {8, 384}};
+  for (const auto& [size, per_rank] : expected) {
+    WeightShard shard;
+    const MoeWeights w = make_random_weights({4, 64, 2880, 2}, 3);
+    ASSERT_TRUE(shard_tensor_parallel(BackendKind::kPortable, w.view(), size - 1, size, &shard).ok());
+    EXPECT_EQ(shard.prepared.plan.shape.intermediate, per_rank) << "TP " << size;
+    EXPECT_EQ(shard.prepared.plan.intermediate_padded, per_rank) << "TP " << size;
+    EXPECT_EQ(per_rank % backend_alignment(BackendKind::kPortable).intermediate, 0);
+    EXPECT_GE(per_rank * size, 2880);
+  }
+}
+
 TEST(TimingSummary, SlowestRankPerBatchThenMedian) {
   // 3 batches of 2 forwards on 2 ranks.
   const std::vector<parallel::BatchTimes> batches = {
