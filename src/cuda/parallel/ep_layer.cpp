@@ -85,6 +85,7 @@ class EpLayer final : public ParallelLayer {
         group_(std::move(group)), ranks_(size_t(config.size)) {}
 
   ~EpLayer() override {
+    const CurrentDeviceGuard keep;
     for (int r = 0; r < group_->size(); ++r) {  // free each rank's memory on its device
       cudaSetDevice(group_->device(r));
       ranks_[size_t(r)].reset();

@@ -1,6 +1,9 @@
 #include "cuda/parallel/rank_group.h"
 
 #include <cstdlib>
+#include <exception>
+#include <new>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -37,6 +40,7 @@ Status RankGroup::create(const std::vector<int>& devices, std::unique_ptr<RankGr
 }
 
 RankGroup::~RankGroup() {
+  const CurrentDeviceGuard keep;
   for (int r = 0; r < size(); ++r) {
     if (aborted_[size_t(r)] || !comms_[size_t(r)]) continue;
     cudaSetDevice(devices_[size_t(r)]);
@@ -51,22 +55,38 @@ Status RankGroup::run(const std::function<Status(int)>& fn) {
   failed_ = false;
   std::vector<Status> results(devices_.size());
   int first = -1;  // the rank whose failure raised the flag
-  auto body = [&](int r) {
-    Status s = cuda_check(cudaSetDevice(devices_[size_t(r)]), "cudaSetDevice");
-    if (s.ok()) s = fn(r);
-    if (s.ok()) return;
+  auto fail = [&](int r, Status s) {
     bool expected = false;
     if (failed_.compare_exchange_strong(expected, true)) first = r;
     ncclCommAbort(comms_[size_t(r)]);
     aborted_[size_t(r)] = 1;
     results[size_t(r)] = std::move(s);
   };
+  auto body = [&](int r) {
+    Status s = cuda_check(cudaSetDevice(devices_[size_t(r)]), "cudaSetDevice");
+    try {
+      if (s.ok()) s = fn(r);
+    } catch (const std::bad_alloc&) {  // an exception would end the process from this thread
+      s = Status::OutOfMemory("parallel: host memory exhausted");
+    } catch (const std::exception& e) {
+      s = Status::InvalidArgument(std::string("parallel: ") + e.what());
+    }
+    if (!s.ok()) fail(r, std::move(s));
+  };
   std::vector<std::thread> threads;
-  for (int r = 0; r < size(); ++r) threads.emplace_back(body, r);
+  for (int r = 0; r < size(); ++r) {
+    try {
+      threads.emplace_back(body, r);
+    } catch (const std::system_error& e) {  // the ranks already started see the flag
+      fail(r, Status::Unsupported(std::string("parallel: no thread for the rank: ") + e.what()));
+      break;
+    }
+  }
   for (std::thread& t : threads) t.join();
   if (first < 0) return Status::Ok();
   // Ranks that finished before the failure still hold live communicators of a
   // clique that can no longer agree: abort them too.
+  const CurrentDeviceGuard keep;
   for (int r = 0; r < size(); ++r) {
     if (aborted_[size_t(r)]) continue;
     cudaSetDevice(devices_[size_t(r)]);

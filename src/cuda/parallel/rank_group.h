@@ -29,6 +29,19 @@ Status nccl_check(ncclResult_t result, const char* what);
 #define PARALLEL_CUDA(expr) MXMOE_RETURN_IF_ERROR(::mxmoe::parallel::cuda_check((expr), #expr))
 #define PARALLEL_NCCL(expr) MXMOE_RETURN_IF_ERROR(::mxmoe::parallel::nccl_check((expr), #expr))
 
+// Restores the calling thread's current device when it goes out of scope, for
+// code that visits each rank's device from the caller's thread.
+class CurrentDeviceGuard {
+ public:
+  CurrentDeviceGuard() { cudaGetDevice(&device_); }
+  ~CurrentDeviceGuard() { cudaSetDevice(device_); }
+  CurrentDeviceGuard(const CurrentDeviceGuard&) = delete;
+  CurrentDeviceGuard& operator=(const CurrentDeviceGuard&) = delete;
+
+ private:
+  int device_ = 0;
+};
+
 class RankGroup {
  public:
   // Sets NCCL_NVLS_ENABLE=0 (NVLink multicast off), then creates one
