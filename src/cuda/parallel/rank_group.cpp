@@ -30,6 +30,7 @@ Status RankGroup::create(const std::vector<int>& devices, std::unique_ptr<RankGr
   // when it initialises.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   std::unique_ptr<RankGroup> g(new RankGroup(devices));
+  const CurrentDeviceGuard keep;
   const ncclResult_t r = ncclCommInitAll(g->comms_.data(), g->size(), g->devices_.data());
   if (r != ncclSuccess) {
     g->aborted_.assign(g->aborted_.size(), 1);  // nothing to destroy
