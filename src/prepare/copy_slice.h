@@ -22,4 +22,10 @@ struct SliceSpec {
 Status prepare_slice(const PreparePlan& plan, const MoeWeightsView& original,
                      const SliceSpec& slice, PreparedWeights* out);
 
+// Router rows [expert_begin, expert_begin + experts) of `original` into `out`:
+// weight [experts, hidden_padded] (padded columns 0), bias [experts]. Both stay
+// empty when `original` has no router.
+void copy_router(const MoeWeightsView& original, int64_t expert_begin, int64_t experts,
+                 int64_t hidden_padded, MoeWeights* out);
+
 }  // namespace mxmoe

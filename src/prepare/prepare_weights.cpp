@@ -96,16 +96,25 @@ Status prepare_slice(const PreparePlan& plan, const MoeWeightsView& w, const Sli
       if (slice.with_b2) p.b2[size_t(d)] = w.b2[se * w.b2_expert_stride + h];
     }
   }
-  p.router_weight.clear();
-  p.router_bias.clear();
-  if (slice.with_router && w.router_weight && w.router_bias) {
-    p.router_weight.assign(size_t(E * Hp), 0);
-    for (int64_t e = 0; e < E; ++e)
-      std::copy(w.router_weight + (e0 + e) * H, w.router_weight + (e0 + e + 1) * H,
-                p.router_weight.begin() + e * Hp);
-    p.router_bias.assign(w.router_bias + e0, w.router_bias + e0 + E);
+  if (slice.with_router) {
+    copy_router(w, e0, E, Hp, &p);
+  } else {
+    p.router_weight.clear();
+    p.router_bias.clear();
   }
   return Status::Ok();
+}
+
+void copy_router(const MoeWeightsView& w, int64_t e0, int64_t E, int64_t Hp, MoeWeights* out) {
+  out->router_weight.clear();
+  out->router_bias.clear();
+  if (!w.router_weight || !w.router_bias) return;
+  const int64_t H = w.shape.hidden;
+  out->router_weight.assign(size_t(E * Hp), 0);
+  for (int64_t e = 0; e < E; ++e)
+    std::copy(w.router_weight + (e0 + e) * H, w.router_weight + (e0 + e + 1) * H,
+              out->router_weight.begin() + e * Hp);
+  out->router_bias.assign(w.router_bias + e0, w.router_bias + e0 + E);
 }
 
 Status prepare_weights(const PreparePlan& plan, const MoeWeightsView& w, PreparedWeights* out) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_parallel.h"
 #include "commands.h"
 #include "mxmoe/device.h"
 #include "model_presets.h"
@@ -29,6 +30,7 @@ struct BenchOptions {
   int iterations = 0;  // 0: 200 on a GPU, 3 on the CPU
   uint64_t seed = 1;
   std::string json, png;
+  int tp = 0, ep = 0;  // ranks of a multi-GPU layer, against one GPU (0: none)
 };
 
 int fail(const Status& s) {
@@ -41,6 +43,12 @@ std::string today() {
   char buf[16];
   std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
   return buf;
+}
+
+// The default sweep on a GPU.
+std::vector<int64_t> gpu_tokens(bool quick) {
+  if (quick) return {1, 4};
+  return {1, 4, 16, 64, 256, 1024, 4096, 16384};
 }
 
 int run(const BenchOptions& o) {
@@ -58,14 +66,24 @@ int run(const BenchOptions& o) {
 
   for (size_t m = 0; m < models.size(); ++m) {
     const auto& [name, shape] = models[m];
+    if (o.tp > 0 || o.ep > 0) {
+      if (o.backend != "auto" && o.backend != "portable")
+        return fail(Status::Unsupported("--tp/--ep time the portable backend, not " + o.backend));
+      const ParallelBench pb{o.tp > 0 ? ParallelMode::kTensor : ParallelMode::kExpert, o.tp > 0 ? o.tp : o.ep,
+                             o.tokens.empty() ? gpu_tokens(o.quick) : o.tokens, o.routing_sets,
+                             o.iterations > 0 ? o.iterations : 200, o.seed};
+      nlohmann::json entry;
+      if (Status s = bench_parallel_model(name, shape, pb, colors[m % 2], &entry, &plot); !s.ok()) return fail(s);
+      report["models"].push_back(entry);
+      continue;
+    }
     DispatchResult choice;
     if (Status s = choose_backend_for_this_process(o.backend, shape, &choice); !s.ok()) return fail(s);
     const BackendKind kind = choice.backend;
     const std::string& reason = choice.reason;
     std::vector<int64_t> tokens = o.tokens;
     if (tokens.empty())
-      tokens = kind == BackendKind::kCpu || o.quick ? std::vector<int64_t>{1, 4}
-                                                    : std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 4096, 16384};
+      tokens = kind == BackendKind::kCpu ? std::vector<int64_t>{1, 4} : gpu_tokens(o.quick);
     const int iterations = o.iterations > 0 ? o.iterations : (kind == BackendKind::kCpu ? 3 : 200);
 
     fmt::print("{}: E={} H={} I={} top-{}; backend {}; device {}\n", name, shape.experts, shape.hidden,
@@ -139,6 +157,10 @@ Runner add_bench(CLI::App& parent) {
   app->add_option("--seed", o->seed, "Seed for weights, inputs and routing")->capture_default_str();
   app->add_option("--json", o->json, "Write the results as JSON");
   app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");
+  auto* tp = app->add_option("--tp", o->tp, "Time the layer tensor parallel over N GPUs against one GPU")
+                 ->check(CLI::PositiveNumber);
+  app->add_option("--ep", o->ep, "Time the layer expert parallel over N GPUs against one GPU")
+      ->check(CLI::PositiveNumber)->excludes(tp);
   return [o] { return run(*o); };
 }
 

@@ -10,8 +10,8 @@
 #include "commands.h"
 #include "io/npy.h"
 #include "mxmoe/dispatch.h"
-#include "mxmoe/format.h"
-#include "mxmoe/reference.h"
+#include "run_output.h"
+#include "run_parallel.h"
 #include "weights_source.h"
 
 namespace mxmoe::cli {
@@ -22,6 +22,7 @@ struct RunOptions {
   int64_t tokens = 8;
   std::string input, output, backend = "auto";
   bool check = false;
+  int tp = 0, ep = 0;  // ranks of a multi-GPU run (0: one device)
 };
 
 int fail(const Status& s) {
@@ -52,13 +53,18 @@ int run(const RunOptions& o) {
   LoadedWeights w;
   if (Status s = load_weights(o.weights, &w); !s.ok()) return fail(s);
   const MoeShape& shape = w.view.shape;
+  NpyArray x;
+  if (Status s = load_input(o, shape.hidden, &x); !s.ok()) return fail(s);
+  const int64_t T = x.shape[0];
+  if (o.tp > 0 || o.ep > 0) {
+    const ParallelRun run{o.tp > 0 ? ParallelMode::kTensor : ParallelMode::kExpert, o.tp > 0 ? o.tp : o.ep,
+                          o.backend, o.check, o.output};
+    return run_parallel(run, w.view, x.data, T);
+  }
   DispatchResult choice;
   if (Status s = choose_backend_for_this_process(o.backend, shape, &choice); !s.ok()) return fail(s);
   const BackendKind kind = choice.backend;
   const std::string& reason = choice.reason;
-  NpyArray x;
-  if (Status s = load_input(o, shape.hidden, &x); !s.ok()) return fail(s);
-  const int64_t T = x.shape[0];
   std::unique_ptr<Backend> backend;
   if (Status s = create_backend(kind, w.view, &backend); !s.ok()) return fail(s);
 
@@ -73,28 +79,14 @@ int run(const RunOptions& o) {
 
   if (o.check) {
     // GPU backends consume bf16 activations: give the reference the same x.
-    std::vector<float> xr = x.data;
-    if (kind != BackendKind::kCpu)
-      for (auto& v : xr) v = bf16_to_float(float_to_bf16(v));
-    std::vector<float> ref(y.size());
-    if (Status s = reference_forward(w.view, xr.data(), T, nullptr, ref.data(), {.fp64 = true}); !s.ok())
+    Comparison c;
+    if (Status s = compare_with_reference(w.view, x.data, T, kind != BackendKind::kCpu, y, &c); !s.ok())
       return fail(s);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-      num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
-      den += double(ref[i]) * ref[i];
-    }
-    // NaN anywhere makes num or den NaN, and a NaN rel fails the comparison.
-    const double rel = den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : NAN);
-    const bool ok = rel <= 1e-2 && den > 0;
-    std::printf("check: rel L2 vs fp64 reference = %.3e, ||ref|| = %.3e (%s)\n", rel, std::sqrt(den),
-                ok ? "ok" : "FAIL");
-    if (!ok) return 1;
+    print_comparison("check: rel L2 vs fp64 reference", c);
+    if (!c.ok()) return 1;
   }
-  if (!o.output.empty()) {
-    if (Status s = write_npy_f32(o.output, y.data(), {T, shape.hidden}); !s.ok()) return fail(s);
-    std::printf("wrote %s [%lld, %lld] float32\n", o.output.c_str(), (long long)T, (long long)shape.hidden);
-  }
+  if (!o.output.empty())
+    if (Status s = write_output(o.output, y, T, shape.hidden); !s.ok()) return fail(s);
   return 0;
 }
 
@@ -110,6 +102,10 @@ Runner add_run(CLI::App& parent) {
   app->add_option("--output", o->output, "y: float32 [T, H] .npy");
   app->add_option("--backend", o->backend, "auto, cpu, portable, sm90, sm100, sm120")->capture_default_str();
   app->add_flag("--check", o->check, "Compare with the fp64 CPU reference (rel L2 <= 1e-2)");
+  auto* tp = app->add_option("--tp", o->tp, "Tensor parallel over N GPUs (1, 2, 4, 8); compares with one GPU")
+                 ->check(CLI::PositiveNumber);
+  app->add_option("--ep", o->ep, "Expert parallel over N GPUs (N divides E); compares with one GPU")
+      ->check(CLI::PositiveNumber)->excludes(tp);
   return [o] { return run(*o); };
 }
 

@@ -56,58 +56,11 @@ class PortableBackend final : public Backend {
     const PreparePlan plan = make_plan(BackendKind::kPortable, weights.shape);
     PreparedWeights prep;
     MXMOE_RETURN_IF_ERROR(prepare_weights(plan, weights, &prep));
-    const MoeWeights& p = prep.weights;
-    dw_.shape = weights.shape;
-    dw_.hidden_padded = plan.hidden_padded;
-    dw_.intermediate_padded = plan.intermediate_padded;
-    dw_.swiglu = weights.swiglu;
-    has_router_ = !p.router_weight.empty();
-    // One allocation holds every tensor, each inside its own poisoned margins.
-    struct Piece { const void* src; size_t bytes; uint8_t poison; bool bf16_nan; size_t off = 0; };
-    std::vector<Piece> pieces = {
-        {p.w13_codes.data(), p.w13_codes.size(), 0x77, false},
-        {p.w13_scales.data(), p.w13_scales.size(), kE8M0NaN, false},
-        {p.b13.data(), p.b13.size() * 2, 0, true},
-        {p.w2_codes.data(), p.w2_codes.size(), 0x77, false},
-        {p.w2_scales.data(), p.w2_scales.size(), kE8M0NaN, false},
-        {p.b2.data(), p.b2.size() * 2, 0, true},
-        {p.router_weight.data(), p.router_weight.size() * 2, 0, true},
-        {p.router_bias.data(), p.router_bias.size() * 2, 0, true},
-    };
-    size_t off = 0;
-    for (Piece& pc : pieces) {
-      off += size_t(margin_);
-      pc.off = off;
-      off += (pc.bytes + 255) / 256 * 256 + size_t(margin_);
-    }
-    std::vector<uint8_t> host(off, 0);
-    for (Piece& pc : pieces) {
-      const size_t lo = pc.off - size_t(margin_), hi_end = pc.off + (pc.bytes + 255) / 256 * 256 + size_t(margin_);
-      for (size_t i = lo; i < hi_end; ++i) {
-        if (i >= pc.off && i < pc.off + pc.bytes) continue;
-        host[i] = pc.bf16_nan ? ((i & 1) ? 0x7F : 0xC0) : pc.poison;
-      }
-      if (pc.bytes) std::memcpy(host.data() + pc.off, pc.src, pc.bytes);
-    }
-    // The kernels read the codes in the plan's fragment order.
-    const int64_t E = weights.shape.experts;
-    MXMOE_RETURN_IF_ERROR(swizzle_codes(plan.swizzle, p.w13_codes.data(), E * 2 * plan.intermediate_padded,
-                                        plan.hidden_padded, host.data() + pieces[0].off));
-    MXMOE_RETURN_IF_ERROR(swizzle_codes(plan.swizzle, p.w2_codes.data(), E * plan.hidden_padded,
-                                        plan.intermediate_padded, host.data() + pieces[3].off));
-    MXMOE_RETURN_IF_ERROR(weights_.reserve(off));
-    PORTABLE_CUDA(cudaMemcpy(weights_.ptr, host.data(), off, cudaMemcpyHostToDevice));
-    const uint8_t* base = weights_.as<uint8_t>();
-    dw_.w13_codes = base + pieces[0].off;
-    dw_.w13_scales = base + pieces[1].off;
-    dw_.b13 = reinterpret_cast<const uint16_t*>(base + pieces[2].off);
-    dw_.w2_codes = base + pieces[3].off;
-    dw_.w2_scales = base + pieces[4].off;
-    dw_.b2 = reinterpret_cast<const uint16_t*>(base + pieces[5].off);
-    if (has_router_) {
-      dw_.router_weight = reinterpret_cast<const uint16_t*>(base + pieces[6].off);
-      dw_.router_bias = reinterpret_cast<const uint16_t*>(base + pieces[7].off);
-    }
+    portable::UploadedWeights up;
+    MXMOE_RETURN_IF_ERROR(portable::upload_weights(prep, margin_, &up));
+    dw_ = up.view;
+    weights_ = up.storage;
+    has_router_ = dw_.router_weight != nullptr;
     PORTABLE_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     return Status::Ok();
   }
@@ -241,10 +194,73 @@ class PortableBackend final : public Backend {
   bool has_router_ = false;
   int64_t margin_ = 0;
   cudaStream_t stream_ = nullptr;
-  DeviceBuffer weights_, x_, y_, ids_, rw_, ws_;
+  std::shared_ptr<void> weights_;  // the one allocation dw_ points into
+  DeviceBuffer x_, y_, ids_, rw_, ws_;
 };
 
 }  // namespace
+
+Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_margin_bytes,
+                                UploadedWeights* out) {
+  const PreparePlan& plan = prep.plan;
+  const MoeWeights& p = prep.weights;
+  const size_t margin = size_t((std::max<int64_t>(poison_margin_bytes, 0) + 255) / 256 * 256);
+  DeviceWeights& dw = out->view;
+  dw = DeviceWeights{};
+  dw.shape = plan.shape;
+  dw.hidden_padded = plan.hidden_padded;
+  dw.intermediate_padded = plan.intermediate_padded;
+  dw.swiglu = p.swiglu;
+  // One allocation holds every tensor, each inside its own poisoned margins.
+  struct Piece { const void* src; size_t bytes; uint8_t poison; bool bf16_nan; size_t off = 0; };
+  std::vector<Piece> pieces = {
+      {p.w13_codes.data(), p.w13_codes.size(), 0x77, false},
+      {p.w13_scales.data(), p.w13_scales.size(), kE8M0NaN, false},
+      {p.b13.data(), p.b13.size() * 2, 0, true},
+      {p.w2_codes.data(), p.w2_codes.size(), 0x77, false},
+      {p.w2_scales.data(), p.w2_scales.size(), kE8M0NaN, false},
+      {p.b2.data(), p.b2.size() * 2, 0, true},
+      {p.router_weight.data(), p.router_weight.size() * 2, 0, true},
+      {p.router_bias.data(), p.router_bias.size() * 2, 0, true},
+  };
+  size_t off = 0;
+  for (Piece& pc : pieces) {
+    off += margin;
+    pc.off = off;
+    off += (pc.bytes + 255) / 256 * 256 + margin;
+  }
+  std::vector<uint8_t> host(off, 0);
+  for (Piece& pc : pieces) {
+    const size_t lo = pc.off - margin, hi_end = pc.off + (pc.bytes + 255) / 256 * 256 + margin;
+    for (size_t i = lo; i < hi_end; ++i) {
+      if (i >= pc.off && i < pc.off + pc.bytes) continue;
+      host[i] = pc.bf16_nan ? ((i & 1) ? 0x7F : 0xC0) : pc.poison;
+    }
+    if (pc.bytes) std::memcpy(host.data() + pc.off, pc.src, pc.bytes);
+  }
+  // The kernels read the codes in the plan's fragment order.
+  const int64_t E = plan.shape.experts;
+  MXMOE_RETURN_IF_ERROR(swizzle_codes(plan.swizzle, p.w13_codes.data(), E * 2 * plan.intermediate_padded,
+                                      plan.hidden_padded, host.data() + pieces[0].off));
+  MXMOE_RETURN_IF_ERROR(swizzle_codes(plan.swizzle, p.w2_codes.data(), E * plan.hidden_padded,
+                                      plan.intermediate_padded, host.data() + pieces[3].off));
+  auto storage = std::make_shared<DeviceBuffer>();
+  MXMOE_RETURN_IF_ERROR(storage->reserve(off));
+  PORTABLE_CUDA(cudaMemcpy(storage->ptr, host.data(), off, cudaMemcpyHostToDevice));
+  const uint8_t* base = storage->as<uint8_t>();
+  dw.w13_codes = base + pieces[0].off;
+  dw.w13_scales = base + pieces[1].off;
+  dw.b13 = reinterpret_cast<const uint16_t*>(base + pieces[2].off);
+  dw.w2_codes = base + pieces[3].off;
+  dw.w2_scales = base + pieces[4].off;
+  dw.b2 = reinterpret_cast<const uint16_t*>(base + pieces[5].off);
+  if (!p.router_weight.empty()) {
+    dw.router_weight = reinterpret_cast<const uint16_t*>(base + pieces[6].off);
+    dw.router_bias = reinterpret_cast<const uint16_t*>(base + pieces[7].off);
+  }
+  out->storage = std::move(storage);
+  return Status::Ok();
+}
 
 Status create_portable_backend(const MoeWeightsView& weights, const PortableOptions& options,
                                std::unique_ptr<Backend>* out) {

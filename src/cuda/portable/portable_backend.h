@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "cuda/portable/portable_launcher.h"
 #include "mxmoe/backend.h"
+#include "mxmoe/prepare.h"
 
 namespace mxmoe {
 
@@ -22,5 +24,23 @@ struct PortableOptions {
 Status create_portable_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out);
 Status create_portable_backend(const MoeWeightsView& weights, const PortableOptions& options,
                                std::unique_ptr<Backend>* out);
+
+namespace portable {
+
+// Prepared weights on the current device: one allocation, owned by `storage`
+// (freed when the last copy of it goes), that `view` points into.
+struct UploadedWeights {
+  DeviceWeights view;
+  std::shared_ptr<void> storage;
+};
+
+// Uploads weights prepared with a portable plan (make_plan or a shard's):
+// codes swizzled per plan.swizzle, each tensor inside `poison_margin_bytes` of
+// poison (see PortableOptions; 0 for none). view.shape is plan.shape; the
+// router pointers are null when `prepared` holds no router.
+Status upload_weights(const PreparedWeights& prepared, int64_t poison_margin_bytes,
+                      UploadedWeights* out);
+
+}  // namespace portable
 
 }  // namespace mxmoe

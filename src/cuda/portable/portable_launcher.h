@@ -57,6 +57,13 @@ inline constexpr int64_t kMaxExperts = 256;
 // Bytes of device workspace moe_forward needs for `tokens` tokens.
 size_t workspace_bytes(const DeviceWeights& w, int64_t tokens);
 
+// Step 1 alone: router + top-k + softmax of x (bf16 [tokens, H]) over all
+// w.shape.experts experts into ids and weights [tokens, w.shape.topk]. Needs
+// only w's shape, hidden_padded and router pointers; for callers that route
+// on one device and run the experts elsewhere.
+Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int32_t* ids,
+                  float* weights, cudaStream_t stream);
+
 // Enqueues the whole forward on `stream`. `workspace` must hold
 // workspace_bytes(w, tokens) bytes, 256-byte aligned.
 Status moe_forward(const DeviceWeights& w, const ForwardArgs& args, void* workspace,

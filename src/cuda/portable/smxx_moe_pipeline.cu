@@ -218,7 +218,45 @@ Status cuda_status(cudaError_t err, const char* what) {
   return Status::CudaError(fmt::format("portable: {}: {}", what, cudaGetErrorString(err)));
 }
 
+// Whether kernels on the current device may start during the previous
+// kernel's tail (programmatic dependent launch, SM90+).
+Status kernels_may_overlap(bool* overlap) {
+  int dev = 0, major = 0;
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  MXMOE_RETURN_IF_ERROR(
+      cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute"));
+  *overlap = major >= 9;
+  return Status::Ok();
+}
+
+// Step 1 of moe_forward (and all of route_topk): ids and weights [T, k].
+Status launch_router(const DeviceWeights& w, const uint16_t* x, int64_t T, int32_t* ids, float* weights,
+                     bool overlap, cudaStream_t stream) {
+  const int64_t E = w.shape.experts, k = w.shape.topk, H = w.shape.hidden;
+  if (!w.router_weight || !w.router_bias)
+    return Status::InvalidArgument("portable: no routing given and the weights have no router");
+  const size_t smem = size_t(H + E) * sizeof(float);
+  if (smem > 48 * 1024) return Status::Unsupported(fmt::format("portable: router needs {} B of shared memory", smem));
+  return cuda_status(launch_kernel(smxx_router_topk, dim3(unsigned(T)), dim3(kRouterThreads), smem, stream, overlap,
+                                   x, int(H), w.router_weight, int64_t(w.hidden_padded), w.router_bias, int(E),
+                                   int(k), ids, weights),
+                     "router launch");
+}
+
 }  // namespace
+
+Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int32_t* ids,
+                  float* weights, cudaStream_t stream) {
+  const int64_t E = w.shape.experts, k = w.shape.topk;
+  if (tokens <= 0 || !x || !ids || !weights)
+    return Status::InvalidArgument("portable: routing needs tokens > 0 and non-null x, ids, weights");
+  if (E > kMaxExperts || k < 1 || k > 8 || k > E)
+    return Status::Unsupported(
+        fmt::format("portable: router for {} experts, top-{}: at most {} experts, top-8", E, k, kMaxExperts));
+  bool overlap = false;
+  MXMOE_RETURN_IF_ERROR(kernels_may_overlap(&overlap));
+  return launch_router(w, x, tokens, ids, weights, overlap, stream);
+}
 
 size_t workspace_bytes(const DeviceWeights& w, int64_t tokens) {
   return make_layout(w, tokens).total;
@@ -251,27 +289,17 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
     return Status::InvalidArgument("portable: workspace must be 256-byte aligned");
   // Overlap each kernel's launch with the previous one's tail on SM90+.
-  int dev = 0, major = 0;
-  MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-  MXMOE_RETURN_IF_ERROR(
-      cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute"));
-  const bool overlap = major >= 9;
+  bool overlap = false;
+  MXMOE_RETURN_IF_ERROR(kernels_may_overlap(&overlap));
   char* ws = static_cast<char*>(workspace);
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
   const int32_t* ids = a.topk_ids;
   const float* rweights = a.topk_weights;
   if (!ids) {
-    if (!w.router_weight || !w.router_bias)
-      return Status::InvalidArgument("portable: no routing given and the weights have no router");
     int32_t* ids_out = static_cast<int32_t*>(at(l.ids));
     float* w_out = static_cast<float*>(at(l.weights));
-    const size_t smem = size_t(H + E) * sizeof(float);
-    if (smem > 48 * 1024) return Status::Unsupported(fmt::format("portable: router needs {} B of shared memory", smem));
-    MXMOE_RETURN_IF_ERROR(cuda_status(
-        launch_kernel(smxx_router_topk, dim3(unsigned(T)), dim3(kRouterThreads), smem, stream, overlap,
-                      a.x, int(H), w.router_weight, int64_t(Hp), w.router_bias, int(E), int(k), ids_out, w_out),
-        "router launch"));
+    MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, T, ids_out, w_out, overlap, stream));
     ids = ids_out;
     rweights = w_out;
   }
