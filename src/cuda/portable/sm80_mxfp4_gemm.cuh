@@ -145,7 +145,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 // One K chunk: NW code words (8 elements each) per weight row per lane;
 // NW = 4 for a 128-wide chunk, 2 for the 64-wide tail. kTwoStep: some scale of
 // the warp's chunk is above 128 (two multiplies per pair).
-template <int KM, int NT, int NW, bool kTwoStep, bool kActShared>
+template <int KM, int NT, int NW, bool kTwoStep>
 __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], const ScaleFactor (&f)[KM][2],
                                                  const uint16_t* const (&arow)[NT], int act_col,
                                                  bool act_ok, float (&acc)[KM][NT][4]) {
@@ -171,11 +171,10 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], 
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     uint32_t X[4 * NW];
-    if (kActShared || (act_ok && arow[j] != nullptr)) {  // the shared stage holds zeros where needed
+    if (act_ok && arow[j] != nullptr) {
 #pragma unroll
       for (int v = 0; v < NW; ++v) {
-        const uint4 t = kActShared ? *reinterpret_cast<const uint4*>(arow[j] + act_col + 8 * v)
-                                   : ld_act16(arow[j] + act_col + 8 * v);
+        const uint4 t = ld_act16(arow[j] + act_col + 8 * v);
         X[4 * v + 0] = t.x; X[4 * v + 1] = t.y; X[4 * v + 2] = t.z; X[4 * v + 3] = t.w;
       }
     } else {
@@ -203,7 +202,7 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], 
 // The warp-uniform choice of the one-multiply path (every scale of the warp's
 // chunk below 128: no bit 7 in the OR of the lane's four bytes) or the
 // two-multiply path, so the dequantisation has no per-pair branch to stall on.
-template <int KM, int NT, int NW, bool kActShared>
+template <int KM, int NT, int NW>
 __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[KM][2][4], const uint32_t (&s)[KM][2],
                                           const uint16_t* const (&arow)[NT], int act_col,
                                           bool act_ok, float (&acc)[KM][NT][4]) {
@@ -216,13 +215,13 @@ __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[KM][2][4], const u
     for (int m = 0; m < KM; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) f[m][r] = scale_factor_any(s[m][r]);
-    chunk_mma_scaled<KM, NT, NW, true, kActShared>(q, f, arow, act_col, act_ok, acc);
+    chunk_mma_scaled<KM, NT, NW, true>(q, f, arow, act_col, act_ok, acc);
   } else {
 #pragma unroll
     for (int m = 0; m < KM; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) f[m][r] = {scale_factor_small(s[m][r]), 0u};
-    chunk_mma_scaled<KM, NT, NW, false, kActShared>(q, f, arow, act_col, act_ok, acc);
+    chunk_mma_scaled<KM, NT, NW, false>(q, f, arow, act_col, act_ok, acc);
   }
 }
 
@@ -238,12 +237,6 @@ __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[KM][2][4], const u
 // ahead (v2) were slower; so were 16-row blocks with every code load of a warp
 // issued up front (v7b: the per-warp prologue and reduction then cost more
 // than the exposed load latency they hid).
-// Row stride (bf16 elements) of the decode activation stage: K plus 16 bytes,
-// so the 8 rows start in different shared-memory banks.
-__host__ __device__ constexpr int act_stage_stride(int k) { return k + 8; }
-// Dynamic shared memory of the decode instance for padded K = k.
-__host__ __device__ constexpr int act_stage_bytes(int k) { return 8 * act_stage_stride(k) * 2; }
-
 template <int NT>
 struct GemmConfig {
   static constexpr bool kSplitK = NT == 1;
@@ -267,8 +260,6 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   // the reduction reads are free of bank conflicts.
   constexpr int KM = Cfg::kM;
   __shared__ float red[Cfg::kSplitK ? kW : 1][KM * NT * 4][32];
-  extern __shared__ uint4 act_stage_raw[];  // decode: [8 rows][act_stage_stride(k)] bf16
-  uint16_t* const act_stage = reinterpret_cast<uint16_t*>(act_stage_raw);
 
   const int ti = blockIdx.x;
   wait_for_previous_kernels();  // the tile schedule and activations come from earlier kernels
@@ -295,23 +286,14 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     soff[m][1] = int((16 * m + 1) * p.scale_row_stride);
   }
   const uint8_t* sbase = p.scales + e * p.scale_expert_stride + int64_t(nb + 2 * g) * p.scale_row_stride;
-  // Activation row of tile row r (null for tile padding).
-  auto act_row = [&](int r) -> const uint16_t* {
-    const int pair = p.sorted_pair[r];
-    if (pair < 0) return nullptr;
-    return p.act_in + int64_t(kSwiglu ? pair / p.topk : r) * p.act_in_stride;
-  };
   const uint16_t* arow[NT];
-  if constexpr (Cfg::kSplitK) {
-    // Decode: the tile's 8 activation rows are staged in shared memory
-    // (zeros for padding rows and columns >= k_valid), so a chunk's activations
-    // cost a shared load (~30 cycles) instead of an exposed L2 round trip
-    // (~600 cycles, the largest stall in ncu). The copy's global loads overlap
-    // the first code loads, which are issued before it.
-    arow[0] = act_stage + g * act_stage_stride(p.k);
-  } else {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) arow[j] = act_row(row0 + 8 * j + g);
+  for (int j = 0; j < NT; ++j) {
+    const int r = row0 + 8 * j + g;
+    const int pair = p.sorted_pair[r];
+    if (pair < 0) arow[j] = nullptr;
+    else if (kSwiglu) arow[j] = p.act_in + int64_t(pair / p.topk) * p.act_in_stride;
+    else arow[j] = p.act_in + int64_t(r) * p.act_in_stride;
   }
 
   float acc[KM][NT][4];
@@ -352,22 +334,11 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
 #pragma unroll
   for (int d = 0; d < Cfg::kDepth; ++d)
     if (c0 + d * step < nfull) load_full(c0 + d * step, q[d], s[d]);
-  if constexpr (Cfg::kSplitK) {
-    // Stage the 8 rows, 16 bytes a thread per step; then one barrier.
-    const int stride = act_stage_stride(p.k), per_row = p.k / 8;
-    for (int i = threadIdx.x; i < 8 * per_row; i += blockDim.x) {
-      const int rr = i / per_row, col = 8 * (i - rr * per_row);
-      const uint16_t* src = col < p.k_valid ? act_row(row0 + rr) : nullptr;
-      const uint4 v = src ? detail::ld_act16(src + col) : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(act_stage + rr * stride + col) = v;
-    }
-    __syncthreads();
-  }
   for (int c = c0; c < nfull; c += step) {
     const int ahead = c + Cfg::kDepth * step;
     if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
     const int col = c * 128 + t * 32;
-    detail::chunk_mma<KM, NT, 4, Cfg::kSplitK>(q[0], s[0], arow, col, col < p.k_valid, acc);
+    detail::chunk_mma<KM, NT, 4>(q[0], s[0], arow, col, col < p.k_valid, acc);
 #pragma unroll
     for (int d = 0; d < Cfg::kDepth; ++d) copy(q[d], s[d], q[d + 1], s[d + 1]);
   }
@@ -382,7 +353,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
       }
     const int col = nfull * 128 + t * 16;
-    detail::chunk_mma<KM, NT, 2, Cfg::kSplitK>(q[0], s[0], arow, col, col < p.k_valid, acc);
+    detail::chunk_mma<KM, NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
   }
 
   // Epilogue of fragment (m, j): c0/c1 are weight row nb+16m+2g, c2/c3 the next

@@ -9,12 +9,6 @@ namespace mxmoe::portable {
 
 struct GemmParams;
 
-// The decode instance stages 8 activation rows of the padded K in shared
-// memory (beside 8 KB of split-K partial sums): K (H and I padded) up to
-// about 14,000 where a block may take 227 KB (SM90), less on smaller parts.
-inline constexpr int kMaxActStageBytes = 227 * 1024 - 8 * 1024;
-inline constexpr int64_t kMaxGemmK = kMaxActStageBytes / 16 - 8;
-
 // Grid: (max_tiles token tiles) x (N / 32 weight-row tiles); tiles past the
 // device-side tile count exit at once. token_tile must be 8, 32 or 64.
 // `overlap`: programmatic dependent launch (SM90+, see pdl.cuh).

@@ -275,8 +275,6 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   if (H % 32 != 0 || Hp % 64 != 0 || Ip % 64 != 0 || Hp < H || Ip < s.intermediate)
     return Status::InvalidArgument(fmt::format(
         "portable: H = {} must be a multiple of 32 and Hp = {}, Ip = {} multiples of 64", H, Hp, Ip));
-  if (Hp > kMaxGemmK || Ip > kMaxGemmK)
-    return Status::Unsupported(fmt::format("portable: padded H = {} and I = {} must be at most {}", Hp, Ip, kMaxGemmK));
   if (T * k >= (int64_t(1) << 31) / 2)
     return Status::Unsupported(fmt::format("portable: tokens * topk = {} too large", T * k));
   if (!a.x || !a.y || !workspace) return Status::InvalidArgument("portable: null x, y or workspace");
