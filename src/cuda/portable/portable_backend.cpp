@@ -229,24 +229,43 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
     pc.off = off;
     off += (pc.bytes + 255) / 256 * 256 + margin;
   }
-  std::vector<uint8_t> host(off, 0);
-  for (Piece& pc : pieces) {
-    const size_t lo = pc.off - margin, hi_end = pc.off + (pc.bytes + 255) / 256 * 256 + margin;
-    for (size_t i = lo; i < hi_end; ++i) {
-      if (i >= pc.off && i < pc.off + pc.bytes) continue;
-      host[i] = pc.bf16_nan ? ((i & 1) ? 0x7F : 0xC0) : pc.poison;
-    }
-    if (pc.bytes) std::memcpy(host.data() + pc.off, pc.src, pc.bytes);
-  }
-  // The kernels read the codes in the plan's fragment order.
-  const int64_t E = plan.shape.experts;
-  MXMOE_RETURN_IF_ERROR(swizzle_codes(plan.swizzle, p.w13_codes.data(), E * 2 * plan.intermediate_padded,
-                                      plan.hidden_padded, host.data() + pieces[0].off));
-  MXMOE_RETURN_IF_ERROR(swizzle_codes(plan.swizzle, p.w2_codes.data(), E * plan.hidden_padded,
-                                      plan.intermediate_padded, host.data() + pieces[3].off));
   auto storage = std::make_shared<DeviceBuffer>();
   MXMOE_RETURN_IF_ERROR(storage->reserve(off));
-  PORTABLE_CUDA(cudaMemcpy(storage->ptr, host.data(), off, cudaMemcpyHostToDevice));
+  uint8_t* dev = storage->as<uint8_t>();
+  // Each piece goes up on its own, so the host holds at most one staging chunk
+  // beside the prepared weights (not a second copy of the whole layer).
+  const int64_t E = plan.shape.experts;
+  const struct { int64_t rows, cols; } code_shape[2] = {
+      {E * 2 * plan.intermediate_padded, plan.hidden_padded},   // pieces[0], w13
+      {E * plan.hidden_padded, plan.intermediate_padded}};      // pieces[3], w2
+  std::vector<uint8_t> stage;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& pc = pieces[i];
+    // Poison: the margin before the piece, its 256-byte rounding and the margin after.
+    const size_t tail = (pc.bytes + 255) / 256 * 256 - pc.bytes + margin;
+    stage.assign(std::max(margin, tail), pc.poison);
+    if (pc.bf16_nan)
+      for (size_t j = 0; j < stage.size(); ++j) stage[j] = (j & 1) ? 0x7F : 0xC0;
+    if (margin) PORTABLE_CUDA(cudaMemcpy(dev + pc.off - margin, stage.data(), margin, cudaMemcpyHostToDevice));
+    if (tail) PORTABLE_CUDA(cudaMemcpy(dev + pc.off + pc.bytes, stage.data(), tail, cudaMemcpyHostToDevice));
+    if (pc.bytes == 0) continue;
+    if (i != 0 && i != 3) {
+      PORTABLE_CUDA(cudaMemcpy(dev + pc.off, pc.src, pc.bytes, cudaMemcpyHostToDevice));
+      continue;
+    }
+    // Codes: the kernels read them in the plan's fragment order; swizzle
+    // groups of 16 rows a chunk of at most 64 MB at a time.
+    const auto [rows, cols] = code_shape[i == 0 ? 0 : 1];
+    const int64_t row_bytes = cols / 2;
+    const int64_t chunk_rows = std::max<int64_t>(16, (int64_t(64) << 20) / row_bytes / 16 * 16);
+    const uint8_t* src = static_cast<const uint8_t*>(pc.src);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const int64_t nr = std::min(chunk_rows, rows - r0);
+      stage.resize(size_t(nr * row_bytes));
+      MXMOE_RETURN_IF_ERROR(swizzle_codes(plan.swizzle, src + r0 * row_bytes, nr, cols, stage.data()));
+      PORTABLE_CUDA(cudaMemcpy(dev + pc.off + r0 * row_bytes, stage.data(), stage.size(), cudaMemcpyHostToDevice));
+    }
+  }
   const uint8_t* base = storage->as<uint8_t>();
   dw.w13_codes = base + pieces[0].off;
   dw.w13_scales = base + pieces[1].off;
