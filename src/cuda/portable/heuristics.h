@@ -20,11 +20,4 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
   return 64;
 }
 
-// Upper bound on the number of token tiles: sum_e ceil(c_e / BT) with
-// sum_e c_e = T*k is at most ceil(T*k / BT) + (number of non-empty experts).
-inline int64_t max_token_tiles(int64_t tokens, int64_t topk, int64_t experts, int tile) {
-  const int64_t pairs = tokens * topk;
-  return (pairs + tile - 1) / tile + (pairs < experts ? pairs : experts);
-}
-
 }  // namespace mxmoe::portable

@@ -1,10 +1,10 @@
-// The portable backend as a Backend object: owns the prepared weights on the
-// device (optionally inside poisoned margins), a workspace, and the timing loop.
+// The portable backend as a Backend object: prepares and uploads the weights
+// (optionally inside poisoned margins) and drives them through the shared
+// device backend (workspace, timing loop).
 #include "cuda/portable/portable_backend.h"
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -23,179 +23,17 @@ Status cuda_check(cudaError_t err, const char* what) {
 }
 #define PORTABLE_CUDA(expr) MXMOE_RETURN_IF_ERROR(cuda_check((expr), #expr))
 
-// A device allocation that frees itself.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
-  Status reserve(size_t n) {
-    if (n <= bytes && ptr) return Status::Ok();
-    if (ptr) cudaFree(ptr);
-    ptr = nullptr;
-    bytes = 0;
-    const cudaError_t err = cudaMalloc(&ptr, std::max<size_t>(n, 256));
-    if (err != cudaSuccess) {
-      ptr = nullptr;
-      return Status::OutOfMemory(fmt::format("portable: cudaMalloc({}): {}", n, cudaGetErrorString(err)));
-    }
-    bytes = n;
-    return Status::Ok();
-  }
-  template <typename T> T* as() const { return static_cast<T*>(ptr); }
-};
-
-class PortableBackend final : public Backend {
+// The portable forward over weights uploaded by upload_weights.
+class PortableForward final : public smxx::DeviceForward {
  public:
-  BackendKind kind() const override { return BackendKind::kPortable; }
-
-  Status init(const MoeWeightsView& weights, const PortableOptions& opt) {
-    margin_ = (std::max<int64_t>(opt.poison_margin_bytes, 0) + 255) / 256 * 256;
-    const PreparePlan plan = make_plan(BackendKind::kPortable, weights.shape);
-    PreparedWeights prep;
-    MXMOE_RETURN_IF_ERROR(prepare_weights(plan, weights, &prep));
-    portable::UploadedWeights up;
-    MXMOE_RETURN_IF_ERROR(portable::upload_weights(prep, margin_, &up));
-    dw_ = up.view;
-    weights_ = up.storage;
-    has_router_ = dw_.router_weight != nullptr;
-    PORTABLE_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    return Status::Ok();
-  }
-
-  ~PortableBackend() override {
-    if (stream_) cudaStreamDestroy(stream_);
-  }
-
-  Status forward_host(const float* x, int64_t tokens, const RoutingView* routing, float* y) override {
-    const MoeShape& s = dw_.shape;
-    if (tokens <= 0) return Status::InvalidArgument("portable: tokens must be positive");
-    if (!x || !y) return Status::InvalidArgument("portable: null x or y");
-    if (routing) {
-      if (routing->tokens != tokens || routing->topk != s.topk)
-        return Status::InvalidArgument(fmt::format("portable: routing is [{}, {}], expected [{}, {}]",
-                                                   routing->tokens, routing->topk, tokens, s.topk));
-      MXMOE_RETURN_IF_ERROR(validate_routing(*routing, s.experts));
-    } else if (!has_router_) {
-      return Status::InvalidArgument("portable: no routing given and the weights have no router");
-    }
-    const size_t nx = size_t(tokens * s.hidden), nr = size_t(tokens * s.topk);
-    std::vector<uint16_t> xb(nx);
-    for (size_t i = 0; i < nx; ++i) xb[i] = float_to_bf16(x[i]);
-    MXMOE_RETURN_IF_ERROR(x_.reserve(nx * 2));
-    MXMOE_RETURN_IF_ERROR(y_.reserve(nx * 4));
-    PORTABLE_CUDA(cudaMemcpyAsync(x_.ptr, xb.data(), nx * 2, cudaMemcpyHostToDevice, stream_));
-    portable::ForwardArgs a;
-    a.x = x_.as<uint16_t>();
-    a.tokens = tokens;
-    a.y = y_.as<float>();
-    if (routing) {
-      MXMOE_RETURN_IF_ERROR(ids_.reserve(nr * 4));
-      MXMOE_RETURN_IF_ERROR(rw_.reserve(nr * 4));
-      PORTABLE_CUDA(cudaMemcpyAsync(ids_.ptr, routing->ids, nr * 4, cudaMemcpyHostToDevice, stream_));
-      PORTABLE_CUDA(cudaMemcpyAsync(rw_.ptr, routing->weights, nr * 4, cudaMemcpyHostToDevice, stream_));
-      a.topk_ids = ids_.as<int32_t>();
-      a.topk_weights = rw_.as<float>();
-    }
-    const size_t wsb = portable::workspace_bytes(dw_, tokens);
-    MXMOE_RETURN_IF_ERROR(ws_.reserve(wsb));
-    if (margin_ > 0) {  // poisoned workspace: an unwritten row read back is NaN
-      PORTABLE_CUDA(cudaMemsetAsync(ws_.ptr, 0xFF, wsb, stream_));
-      PORTABLE_CUDA(cudaMemsetAsync(y_.ptr, 0xFF, nx * 4, stream_));
-    }
-    MXMOE_RETURN_IF_ERROR(portable::moe_forward(dw_, a, ws_.ptr, wsb, stream_));
-    PORTABLE_CUDA(cudaMemcpyAsync(y, y_.ptr, nx * 4, cudaMemcpyDeviceToHost, stream_));
-    PORTABLE_CUDA(cudaStreamSynchronize(stream_));
-    return Status::Ok();
-  }
-
-  Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
-                      ForwardTiming* out) override {
-    const MoeShape& s = dw_.shape;
-    if (tokens <= 0 || !out) return Status::InvalidArgument("portable: tokens must be positive");
-    const int sets = std::max(routing_sets, 1), iters = std::max(iterations, 1);
-    const size_t nx = size_t(tokens * s.hidden), nr = size_t(tokens * s.topk);
-    // Random bf16 x, N(0, 1).
-    std::vector<uint16_t> xb(nx);
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    for (auto& v : xb) v = float_to_bf16(nd(rng));
-    DeviceBuffer x, y, ws, ids, rw;
-    MXMOE_RETURN_IF_ERROR(x.reserve(nx * 2));
-    MXMOE_RETURN_IF_ERROR(y.reserve(nx * 4));
-    const size_t wsb = portable::workspace_bytes(dw_, tokens);
-    MXMOE_RETURN_IF_ERROR(ws.reserve(wsb));
-    MXMOE_RETURN_IF_ERROR(ids.reserve(nr * 4 * size_t(sets)));
-    MXMOE_RETURN_IF_ERROR(rw.reserve(nr * 4 * size_t(sets)));
-    PORTABLE_CUDA(cudaMemcpy(x.ptr, xb.data(), nx * 2, cudaMemcpyHostToDevice));
-    for (int i = 0; i < sets; ++i) {
-      const Routing r = make_random_routing(tokens, s.experts, s.topk, seed + uint64_t(i));
-      PORTABLE_CUDA(cudaMemcpy(ids.as<int32_t>() + nr * size_t(i), r.ids.data(), nr * 4, cudaMemcpyHostToDevice));
-      PORTABLE_CUDA(cudaMemcpy(rw.as<float>() + nr * size_t(i), r.weights.data(), nr * 4, cudaMemcpyHostToDevice));
-    }
-    // One graph per routing set (precomputed-routing path).
-    std::vector<cudaGraphExec_t> execs;
-    Status st = Status::Ok();
-    for (int i = 0; i < sets && st.ok(); ++i) {
-      portable::ForwardArgs a;
-      a.x = x.as<uint16_t>();
-      a.tokens = tokens;
-      a.topk_ids = ids.as<int32_t>() + nr * size_t(i);
-      a.topk_weights = rw.as<float>() + nr * size_t(i);
-      a.y = y.as<float>();
-      cudaGraph_t graph = nullptr;
-      st = cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-      if (!st.ok()) break;
-      const Status fst = portable::moe_forward(dw_, a, ws.ptr, wsb, stream_);
-      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-      st = fst.ok() ? cuda_check(end, "end capture") : fst;
-      if (st.ok()) {
-        cudaGraphExec_t exec = nullptr;
-        st = cuda_check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
-        if (st.ok()) execs.push_back(exec);
-      }
-      if (graph) cudaGraphDestroy(graph);
-    }
-    std::vector<double> times;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    if (st.ok()) st = cuda_check(cudaEventCreate(&e0), "event");
-    if (st.ok()) st = cuda_check(cudaEventCreate(&e1), "event");
-    const int warmup = std::max(3 * sets, 5);
-    for (int it = 0; it < warmup && st.ok(); ++it)
-      st = cuda_check(cudaGraphLaunch(execs[size_t(it % sets)], stream_), "graph launch");
-    if (st.ok()) st = cuda_check(cudaStreamSynchronize(stream_), "warm-up");
-    // Each sample: one replay of every routing set, back to back between two
-    // events (as a serving loop launches forwards), divided by the set count;
-    // the median over at least 3 such batches.
-    const int batches = std::max(iters / sets, 3);
-    for (int b = 0; b < batches && st.ok(); ++b) {
-      st = cuda_check(cudaEventRecord(e0, stream_), "event record");
-      for (int i = 0; i < sets && st.ok(); ++i)
-        st = cuda_check(cudaGraphLaunch(execs[size_t(i)], stream_), "graph launch");
-      if (st.ok()) st = cuda_check(cudaEventRecord(e1, stream_), "event record");
-      if (st.ok()) st = cuda_check(cudaEventSynchronize(e1), "event sync");
-      float ms = 0;
-      if (st.ok()) st = cuda_check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-      times.push_back(double(ms) * 1e3 / sets);
-    }
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-    for (auto ex : execs) cudaGraphExecDestroy(ex);
-    MXMOE_RETURN_IF_ERROR(st);
-    std::sort(times.begin(), times.end());
-    *out = {times[times.size() / 2], times.front(), int(times.size()) * sets};
-    return Status::Ok();
+  explicit PortableForward(portable::UploadedWeights weights) : w_(std::move(weights)) {}
+  size_t workspace_bytes(int64_t tokens) const override { return portable::workspace_bytes(w_.view, tokens); }
+  Status forward(const smxx::ForwardArgs& a, void* ws, size_t bytes, cudaStream_t stream) const override {
+    return portable::moe_forward(w_.view, a, ws, bytes, stream);
   }
 
  private:
-  portable::DeviceWeights dw_;
-  bool has_router_ = false;
-  int64_t margin_ = 0;
-  cudaStream_t stream_ = nullptr;
-  std::shared_ptr<void> weights_;  // the one allocation dw_ points into
-  DeviceBuffer x_, y_, ids_, rw_, ws_;
+  portable::UploadedWeights w_;
 };
 
 }  // namespace
@@ -229,7 +67,7 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
     pc.off = off;
     off += (pc.bytes + 255) / 256 * 256 + margin;
   }
-  auto storage = std::make_shared<DeviceBuffer>();
+  auto storage = std::make_shared<smxx::DeviceBuffer>();
   MXMOE_RETURN_IF_ERROR(storage->reserve(off));
   uint8_t* dev = storage->as<uint8_t>();
   // Each piece goes up on its own, so the host holds at most one staging chunk
@@ -294,10 +132,14 @@ Status create_portable_backend(const MoeWeightsView& weights, const PortableOpti
   MXMOE_RETURN_IF_ERROR(cuda_check(cudaGetDevice(&dev), "cudaGetDevice"));
   MXMOE_RETURN_IF_ERROR(cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "attribute"));
   if (major < 8) return Status::Unsupported(fmt::format("portable: needs SM80+, device is SM{}x", major));
-  auto b = std::make_unique<PortableBackend>();
-  MXMOE_RETURN_IF_ERROR(b->init(weights, options));
-  *out = std::move(b);
-  return Status::Ok();
+  const int64_t margin = (std::max<int64_t>(options.poison_margin_bytes, 0) + 255) / 256 * 256;
+  PreparedWeights prep;
+  MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(BackendKind::kPortable, weights.shape), weights, &prep));
+  portable::UploadedWeights up;
+  MXMOE_RETURN_IF_ERROR(portable::upload_weights(prep, margin, &up));
+  const bool has_router = up.view.router_weight != nullptr;
+  return smxx::make_device_backend(BackendKind::kPortable, weights.shape, has_router, margin,
+                                   std::make_unique<PortableForward>(std::move(up)), out);
 }
 
 Status create_portable_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out) {

@@ -5,19 +5,15 @@
 #include <cstdint>
 #include <memory>
 
+#include "cuda/common/device_backend.h"
 #include "cuda/portable/portable_launcher.h"
 #include "mxmoe/backend.h"
 #include "mxmoe/prepare.h"
 
 namespace mxmoe {
 
-struct PortableOptions {
-  // Tests: surround every prepared tensor with this many bytes of poison inside
-  // the same allocation (scales 0xFF = NaN, codes 0x77 = +6/+6, biases and router
-  // NaN) and fill the workspace with 0xFF, so any read outside a tensor's
-  // readable extent or of an unwritten workspace row shows in the output.
-  int64_t poison_margin_bytes = 0;
-};
+// Test options: poisoned margins and workspace (see DeviceBackendOptions).
+using PortableOptions = DeviceBackendOptions;
 
 // Prepares `weights` with the portable plan and uploads them to the current
 // CUDA device.
@@ -36,7 +32,7 @@ struct UploadedWeights {
 
 // Uploads weights prepared with a portable plan (make_plan or a shard's):
 // codes swizzled per plan.swizzle, each tensor inside `poison_margin_bytes` of
-// poison (see PortableOptions; 0 for none). view.shape is plan.shape; the
+// poison (see DeviceBackendOptions; 0 for none). view.shape is plan.shape; the
 // router pointers are null when `prepared` holds no router.
 Status upload_weights(const PreparedWeights& prepared, int64_t poison_margin_bytes,
                       UploadedWeights* out);

@@ -16,6 +16,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/common/forward_args.h"
+#include "cuda/common/smxx_moe_kernels.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/status.h"
 
@@ -43,16 +45,10 @@ struct DeviceWeights {
   const uint16_t* router_bias = nullptr;
 };
 
-struct ForwardArgs {
-  const uint16_t* x = nullptr;       // bf16 [T, H] (real H, row stride H)
-  int64_t tokens = 0;
-  const int32_t* topk_ids = nullptr;     // [T, k]; null: run the router
-  const float* topk_weights = nullptr;   // [T, k]; null together with topk_ids
-  float* y = nullptr;                // fp32 [T, H]
-};
+using ForwardArgs = smxx::ForwardArgs;
 
 // Largest expert count the grouping kernel's shared-memory tables hold.
-inline constexpr int64_t kMaxExperts = 256;
+inline constexpr int64_t kMaxExperts = smxx::kMaxExperts;
 
 // Bytes of device workspace moe_forward needs for `tokens` tokens.
 size_t workspace_bytes(const DeviceWeights& w, int64_t tokens);

@@ -1,7 +1,7 @@
 // Instances of the MXFP4 grouped GEMM (token tiles 8, 32, 64; SwiGLU or
 // bias-and-route epilogue) and their launcher.
 #include "cuda/portable/sm80_mxfp4_gemm.cuh"
-#include "cuda/portable/pdl.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/portable/sm80_mxfp4_gemm_launch.h"
 
 namespace mxmoe::portable {
@@ -11,7 +11,7 @@ template <int NT, bool kSwiglu>
 cudaError_t launch(const GemmParams& p, int64_t max_tiles, bool overlap, cudaStream_t stream) {
   constexpr int rows = GemmConfig<NT>::kRowsPerBlock;
   const dim3 grid(unsigned(max_tiles), unsigned((p.n_rows + rows - 1) / rows));
-  return launch_kernel(sm80_mxfp4_moe_gemm<NT, kSwiglu>, grid, dim3(GemmConfig<NT>::kWarps * 32), 0, stream,
+  return smxx::launch_kernel(sm80_mxfp4_moe_gemm<NT, kSwiglu>, grid, dim3(GemmConfig<NT>::kWarps * 32), 0, stream,
                        overlap, p);
 }
 }  // namespace

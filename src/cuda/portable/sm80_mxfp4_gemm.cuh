@@ -30,7 +30,8 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
-#include "cuda/portable/pdl.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/smxx_mxfp4_dequant.cuh"
 
 namespace mxmoe::portable {
 
@@ -88,50 +89,12 @@ __device__ __forceinline__ uint4 ld_act16(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a);
-  __nv_bfloat162 y = *reinterpret_cast<__nv_bfloat162*>(&b);
-  __nv_bfloat162 r = __hmul2(x, y);
-  return *reinterpret_cast<uint32_t*>(&r);
-}
-
-// Pair i = (n_i, n_{i+4}) of a stored code word -> bf16x2 whose values are the
-// E2M1 values times 2^-126: sign at bit 15, (e1 e0 m) at bits 8..6, so the two
-// exponent bits land in the low bf16 exponent bits and m in the top mantissa
-// bit; e = 0 (codes 0 and 0.5) becomes a bf16 subnormal, which bf16 FMA keeps.
-// The preparation stored the bits so that this is one funnel-shift rotate and
-// one AND (two of each for pair 3), instead of two shifts and two masks per
-// pair on the dense nibble order (WeightSwizzle::kMmaRowGroups16).
-__device__ __forceinline__ uint32_t e2m1_pair_bits(uint32_t w, int i) {
-  constexpr uint32_t kMask = 0x81C081C0u;
-  switch (i) {
-    case 0: return w & kMask;
-    case 1: return __funnelshift_r(w, w, 4) & kMask;
-    case 2: return __funnelshift_r(w, w, 10) & kMask;
-    default: return (__funnelshift_r(w, w, 6) & 0x81808180u) | (__funnelshift_r(w, w, 14) & 0x00400040u);
-  }
-}
-
-// bf16x2 factors folding 2^126 and the E8M0 scale 2^(s-127). Fast path (every
-// scale of the warp's chunk below 128, as in real weights): one multiply by
-// f1 = 2^(s-1), whose bf16 exponent field is s + 126, placed in both halves
-// by one multiply. Otherwise f1 = 2^126 then f2 = 2^(s-127); s = 0xFF (NaN
-// scale) gives NaN, as the format says.
-struct ScaleFactor {
-  uint32_t f1, f2;
-};
-__device__ __forceinline__ uint32_t scale_factor_small(uint32_t s) { return (s + 126u) * 0x00800080u; }
-__device__ __forceinline__ ScaleFactor scale_factor_any(uint32_t s) {
-  const uint32_t b1 = s < 128u ? s + 126u : 253u;
-  const uint32_t b2 = s == 255u ? 0x7FC0u : (s < 128u ? 0x3F80u : s << 7);  // 0x3F80 = 1.0
-  return {b1 * 0x00800080u, b2 | (b2 << 16)};
-}
+using smxx::bf16x2_mul;
+using smxx::e2m1_pair_bits;
+using smxx::prmt;
+using smxx::scale_factor_any;
+using smxx::scale_factor_small;
+using smxx::ScaleFactor;
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -262,8 +225,8 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   __shared__ float red[Cfg::kSplitK ? kW : 1][KM * NT * 4][32];
 
   const int ti = blockIdx.x;
-  wait_for_previous_kernels();  // the tile schedule and activations come from earlier kernels
-  allow_next_kernel();
+  smxx::wait_for_previous_kernels();  // the tile schedule and activations come from earlier kernels
+  smxx::allow_next_kernel();
   // Three independent loads in flight at once (the schedule arrays hold
   // gridDim.x entries); entries past the tile count are not used.
   const int n_tiles = *p.num_tiles;

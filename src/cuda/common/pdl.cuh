@@ -11,7 +11,7 @@
 
 #include <cuda_runtime.h>
 
-namespace mxmoe::portable {
+namespace mxmoe::smxx {
 
 // Blocks until every earlier kernel in the stream has completed and its
 // writes are visible.
@@ -48,4 +48,4 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-}  // namespace mxmoe::portable
+}  // namespace mxmoe::smxx

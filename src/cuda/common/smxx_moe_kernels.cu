@@ -1,0 +1,221 @@
+// Router, expert grouping and combine kernels (plain CUDA, any SM) and their
+// launchers, shared by the CUDA backends (see smxx_moe_kernels.h).
+#include "cuda/common/smxx_moe_kernels.h"
+
+#include <algorithm>
+
+#include <cuda_bf16.h>
+#include <cub/warp/warp_scan.cuh>
+
+#include <fmt/format.h>
+
+#include "cuda/common/pdl.cuh"
+
+namespace mxmoe::smxx {
+namespace {
+
+constexpr int kRouterThreads = 256;
+constexpr int kGroupThreads = 1024;
+constexpr int kCombineThreads = 256;
+
+__device__ __forceinline__ float bf16f(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
+
+// One block per token: logits = x W^T + b in fp32 (x kept in shared memory as
+// fp32, one warp per expert, lanes over H, a fixed shuffle tree), then top-k
+// with ties to the lower id and a softmax over the k.
+__global__ void __launch_bounds__(kRouterThreads)
+smxx_router_topk(const uint16_t* __restrict__ x, int H, const uint16_t* __restrict__ rw,
+                 int64_t rw_stride, const uint16_t* __restrict__ rb, int E, int k,
+                 int32_t* __restrict__ ids, float* __restrict__ weights) {
+  extern __shared__ float smem[];
+  float* xs = smem;          // [H]
+  float* logits = smem + H;  // [E]
+  const int tok = blockIdx.x;
+  const uint16_t* xr = x + int64_t(tok) * H;
+  wait_for_previous_kernels();
+  allow_next_kernel();
+  for (int h = threadIdx.x; h < H; h += blockDim.x) xs[h] = bf16f(xr[h]);
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  for (int e = warp; e < E; e += nw) {
+    const uint16_t* wr = rw + int64_t(e) * rw_stride;
+    float acc = 0.f;
+    for (int h = 2 * lane; h < H; h += 64) {
+      const uint32_t w2 = *reinterpret_cast<const uint32_t*>(wr + h);
+      acc = fmaf(bf16f(uint16_t(w2 & 0xFFFF)), xs[h], acc);
+      acc = fmaf(bf16f(uint16_t(w2 >> 16)), xs[h + 1], acc);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) logits[e] = acc + bf16f(rb[e]);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int sel[8];
+    float val[8];
+    for (int i = 0; i < k; ++i) {
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int j = 0; j < i; ++j) taken |= sel[j] == e;
+        if (!taken && (best < 0 || logits[e] > logits[best])) best = e;  // strict: ties -> lower id
+      }
+      sel[i] = best;
+      val[i] = logits[best];
+    }
+    float den = 0.f;
+    for (int i = 0; i < k; ++i) den += expf(val[i] - val[0]);
+    for (int i = 0; i < k; ++i) {
+      ids[int64_t(tok) * k + i] = sel[i];
+      weights[int64_t(tok) * k + i] = expf(val[i] - val[0]) / den;
+    }
+  }
+}
+
+// One block: per-expert counts, a padded exclusive scan (each expert's rows
+// rounded up to the token tile), the tile schedule, and a stable scatter of the
+// pairs in expert order (token order inside an expert). The scan is one warp's
+// (up to 8 experts a lane, cub::WarpScan across lanes): a single thread walking
+// 128 experts cost 11 us at T = 1 on the 120b shape. The scatter walks the
+// pairs in chunks of the block size; a pair's rank is its rank among equal ids
+// in its warp (match_any) plus the counts of earlier warps and earlier chunks,
+// so the order, and hence every row's position, is deterministic.
+__global__ void __launch_bounds__(kGroupThreads)
+smxx_group_by_expert(const int32_t* __restrict__ ids, int n_pairs, int E, int tile,
+                     int32_t* __restrict__ sorted_pair, int32_t* __restrict__ pair_row,
+                     int32_t* __restrict__ tile_expert, int32_t* __restrict__ tile_row,
+                     int32_t* __restrict__ num_tiles) {
+  static_assert(kMaxExperts <= 8 * 32, "the scan gives each lane of one warp at most 8 experts");
+  using WarpScan = cub::WarpScan<int>;
+  __shared__ typename WarpScan::TempStorage scan_storage;
+  extern __shared__ int ismem[];
+  int* counts = ismem;           // [E]
+  int* first_tile = ismem + E;   // [E] first tile of expert e; its first row is first_tile[e] * tile
+  int* running = ismem + 2 * E;  // [E] pairs of e placed so far
+  int* wc = ismem + 3 * E;       // [32 warps][E] counts in this chunk
+  __shared__ int total_rows, total_tiles;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  wait_for_previous_kernels();
+  allow_next_kernel();
+  for (int e = tid; e < E; e += blockDim.x) { counts[e] = 0; running[e] = 0; }
+  __syncthreads();
+  for (int i = tid; i < n_pairs; i += blockDim.x) atomicAdd(&counts[ids[i]], 1);  // order-free sum
+  __syncthreads();
+  if (warp == 0) {
+    const int per = (E + 31) / 32, e0 = lane * per, e1 = min(E, e0 + per);
+    int mine = 0;
+    for (int e = e0; e < e1; ++e) mine += (counts[e] + tile - 1) / tile;
+    int before = 0, all = 0;
+    WarpScan(scan_storage).ExclusiveSum(mine, before, all);
+    for (int e = e0; e < e1; ++e) {
+      first_tile[e] = before;
+      before += (counts[e] + tile - 1) / tile;
+    }
+    if (lane == 0) {
+      *num_tiles = all;
+      total_tiles = all;
+      total_rows = all * tile;
+    }
+  }
+  __syncthreads();
+  // Tile i belongs to the last expert whose first tile is <= i (binary search;
+  // experts with no tiles share their successor's first tile and are skipped).
+  for (int i = tid; i < total_tiles; i += blockDim.x) {
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (first_tile[mid] <= i) lo = mid; else hi = mid - 1;
+    }
+    tile_expert[i] = lo;
+    tile_row[i] = i * tile;
+  }
+  for (int r = tid; r < total_rows; r += blockDim.x) sorted_pair[r] = -1;  // tile padding
+  const unsigned lt_mask = (1u << lane) - 1u;
+  for (int chunk = 0; chunk < n_pairs; chunk += blockDim.x) {
+    for (int i = tid; i < 32 * E; i += blockDim.x) wc[i] = 0;
+    __syncthreads();
+    const int pidx = chunk + tid;
+    const int e = pidx < n_pairs ? ids[pidx] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0 && lane == __ffs(peers) - 1) wc[warp * E + e] = __popc(peers);
+    __syncthreads();
+    if (e >= 0) {
+      int rank = __popc(peers & lt_mask);
+      for (int w = 0; w < warp; ++w) rank += wc[w * E + e];
+      const int pos = first_tile[e] * tile + running[e] + rank;
+      sorted_pair[pos] = pidx;
+      pair_row[pidx] = pos;
+    }
+    __syncthreads();
+    for (int i = tid; i < E; i += blockDim.x) {
+      int sum = 0;
+      for (int w = 0; w < 32; ++w) sum += wc[w * E + i];
+      running[i] += sum;
+    }
+    __syncthreads();
+  }
+}
+
+// y[t] = sum over slots s = 0..k-1, in that order, of the GEMM2 row of (t, s).
+__global__ void __launch_bounds__(kCombineThreads)
+smxx_combine(const float* __restrict__ ypair, const int32_t* __restrict__ pair_row, int k, int H,
+             float* __restrict__ y) {
+  const int tok = blockIdx.x;
+  wait_for_previous_kernels();
+  allow_next_kernel();
+  for (int c = threadIdx.x; c < H / 4; c += blockDim.x) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < k; ++i) {
+      const int r = pair_row[int64_t(tok) * k + i];
+      const float4 v = reinterpret_cast<const float4*>(ypair + int64_t(r) * H)[c];
+      s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+    }
+    reinterpret_cast<float4*>(y + int64_t(tok) * H)[c] = s;
+  }
+}
+
+}  // namespace
+
+Status cuda_status(cudaError_t err, const char* who, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  return Status::CudaError(fmt::format("{}: {}: {}", who, what, cudaGetErrorString(err)));
+}
+
+Status kernels_may_overlap(const char* who, bool* overlap) {
+  int dev = 0, major = 0;
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), who, "cudaGetDevice"));
+  MXMOE_RETURN_IF_ERROR(
+      cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), who, "device attribute"));
+  *overlap = major >= 9;
+  return Status::Ok();
+}
+
+Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_t* router_weight,
+                          int64_t router_stride, const uint16_t* router_bias, int64_t E, int64_t k, int32_t* ids,
+                          float* weights, bool overlap, cudaStream_t stream, const char* who) {
+  const size_t smem = size_t(H + E) * sizeof(float);
+  if (smem > 48 * 1024) return Status::Unsupported(fmt::format("{}: router needs {} B of shared memory", who, smem));
+  return cuda_status(launch_kernel(smxx_router_topk, dim3(unsigned(T)), dim3(kRouterThreads), smem, stream, overlap,
+                                   x, int(H), router_weight, router_stride, router_bias, int(E), int(k), ids, weights),
+                     who, "router launch");
+}
+
+Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int tile, int32_t* sorted_pair,
+                              int32_t* pair_row, int32_t* tile_expert, int32_t* tile_row, int32_t* num_tiles,
+                              bool overlap, cudaStream_t stream, const char* who) {
+  const size_t smem = size_t(35 * E) * sizeof(int);
+  // Fewer threads for few pairs: the kernel is a chain of block barriers.
+  const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(128, (pairs + 31) / 32 * 32)));
+  return cuda_status(launch_kernel(smxx_group_by_expert, dim3(1), dim3(unsigned(threads)), smem, stream, overlap, ids,
+                                   int(pairs), int(E), tile, sorted_pair, pair_row, tile_expert, tile_row, num_tiles),
+                     who, "grouping launch");
+}
+
+Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t T, int64_t k, int64_t H, float* y,
+                      bool overlap, cudaStream_t stream, const char* who) {
+  return cuda_status(launch_kernel(smxx_combine, dim3(unsigned(T)), dim3(kCombineThreads), 0, stream, overlap, ypair,
+                                   pair_row, int(k), int(H), y),
+                     who, "combine launch");
+}
+
+}  // namespace mxmoe::smxx

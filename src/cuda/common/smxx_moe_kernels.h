@@ -1,0 +1,54 @@
+// The MoE steps around the expert GEMMs, shared by the CUDA backends (plain
+// CUDA, any SM): router + top-k, grouping of (token, slot) pairs by expert into
+// a tile schedule, and the combine of each token's k rows. Each launcher
+// enqueues one kernel on `stream`; none allocates or synchronises. `who`
+// prefixes error messages with the calling backend's name.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "mxmoe/status.h"
+
+namespace mxmoe::smxx {
+
+// Largest expert count the grouping kernel's shared-memory tables hold.
+inline constexpr int64_t kMaxExperts = 256;
+
+// A failed CUDA call as a Status ("<who>: <what>: <CUDA error>").
+Status cuda_status(cudaError_t err, const char* who, const char* what);
+
+// Whether kernels on the current device may start during the previous
+// kernel's tail (programmatic dependent launch, SM90+).
+Status kernels_may_overlap(const char* who, bool* overlap);
+
+// logits = x W^T + b (fp32), top-k with ties to the lower id, softmax over the
+// k: ids and weights [tokens, k]. x bf16 [tokens, hidden]; router_weight bf16
+// [experts, router_stride]; k <= 8.
+Status launch_router_topk(const uint16_t* x, int64_t tokens, int64_t hidden, const uint16_t* router_weight,
+                          int64_t router_stride, const uint16_t* router_bias, int64_t experts, int64_t k,
+                          int32_t* ids, float* weights, bool overlap, cudaStream_t stream, const char* who);
+
+// Groups the `pairs` = tokens * k ids by expert: each expert's rows padded to a
+// multiple of `tile`, sorted_pair[row] = pair index (-1 for padding), pair_row
+// [pair] = its row, tile i = rows [i * tile, (i + 1) * tile) of expert
+// tile_expert[i]; *num_tiles written on the device. Stable: pairs of one expert
+// keep their order, so every row's position is deterministic.
+Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts, int tile, int32_t* sorted_pair,
+                              int32_t* pair_row, int32_t* tile_expert, int32_t* tile_row, int32_t* num_tiles,
+                              bool overlap, cudaStream_t stream, const char* who);
+
+// y[t] = sum over slots s = 0..k-1, in that order, of row pair_row[t * k + s]
+// of ypair (fp32 [rows, hidden]); hidden a multiple of 4.
+Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t tokens, int64_t k, int64_t hidden,
+                      float* y, bool overlap, cudaStream_t stream, const char* who);
+
+// Upper bound on the number of token tiles: sum_e ceil(c_e / tile) with
+// sum_e c_e = T*k is at most ceil(T*k / tile) + (number of non-empty experts).
+inline int64_t max_token_tiles(int64_t tokens, int64_t topk, int64_t experts, int tile) {
+  const int64_t pairs = tokens * topk;
+  return (pairs + tile - 1) / tile + (pairs < experts ? pairs : experts);
+}
+
+}  // namespace mxmoe::smxx

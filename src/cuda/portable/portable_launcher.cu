@@ -1,0 +1,183 @@
+// The launcher that enqueues the whole portable forward on one stream: the
+// shared router, grouping and combine kernels around the mma.sync GEMMs.
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "cuda/common/smxx_moe_kernels.h"
+#include "cuda/portable/heuristics.h"
+#include "cuda/portable/portable_launcher.h"
+#include "cuda/portable/sm80_mxfp4_gemm.cuh"
+#include "cuda/portable/sm80_mxfp4_gemm_launch.h"
+
+namespace mxmoe::portable {
+namespace {
+
+// Workspace carve-up (every piece 256-byte aligned).
+struct Layout {
+  size_t ids = 0, weights = 0, num_tiles = 0, tile_expert = 0, tile_row = 0, sorted_pair = 0,
+         pair_row = 0, act = 0, ypair = 0, total = 0;
+  int tile = 8;
+  int64_t max_tiles = 0, rows = 0;
+};
+
+size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+
+Layout make_layout(const DeviceWeights& w, int64_t T) {
+  Layout l;
+  const int64_t E = w.shape.experts, k = w.shape.topk, H = w.shape.hidden;
+  const int64_t Ip = w.intermediate_padded;
+  static const int override_tile = [] {
+    const char* v = std::getenv("MXMOE_PORTABLE_TILE");
+    return v ? std::atoi(v) : 0;
+  }();
+  l.tile = token_tile(T, k, E, override_tile);
+  l.max_tiles = smxx::max_token_tiles(T, k, E, l.tile);
+  l.rows = l.max_tiles * l.tile;
+  size_t off = 0;
+  auto take = [&](size_t bytes) { const size_t at = off; off += align256(bytes); return at; };
+  l.ids = take(size_t(T * k) * 4);
+  l.weights = take(size_t(T * k) * 4);
+  l.num_tiles = take(4);
+  l.tile_expert = take(size_t(l.max_tiles) * 4);
+  l.tile_row = take(size_t(l.max_tiles) * 4);
+  l.sorted_pair = take(size_t(l.rows) * 4);
+  l.pair_row = take(size_t(T * k) * 4);
+  l.act = take(size_t(l.rows * Ip) * 2);
+  l.ypair = take(size_t(l.rows * H) * 4);
+  l.total = off;
+  return l;
+}
+
+constexpr const char* kWho = "portable";
+
+Status cuda_status(cudaError_t err, const char* what) { return smxx::cuda_status(err, kWho, what); }
+
+// Step 1 of moe_forward (and all of route_topk): ids and weights [T, k].
+Status launch_router(const DeviceWeights& w, const uint16_t* x, int64_t T, int32_t* ids, float* weights,
+                     bool overlap, cudaStream_t stream) {
+  if (!w.router_weight || !w.router_bias)
+    return Status::InvalidArgument("portable: no routing given and the weights have no router");
+  return smxx::launch_router_topk(x, T, w.shape.hidden, w.router_weight, w.hidden_padded, w.router_bias,
+                                  w.shape.experts, w.shape.topk, ids, weights, overlap, stream, kWho);
+}
+
+}  // namespace
+
+Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int32_t* ids,
+                  float* weights, cudaStream_t stream) {
+  const int64_t E = w.shape.experts, k = w.shape.topk;
+  if (tokens <= 0 || !x || !ids || !weights)
+    return Status::InvalidArgument("portable: routing needs tokens > 0 and non-null x, ids, weights");
+  if (E > kMaxExperts || k < 1 || k > 8 || k > E)
+    return Status::Unsupported(
+        fmt::format("portable: router for {} experts, top-{}: at most {} experts, top-8", E, k, kMaxExperts));
+  bool overlap = false;
+  MXMOE_RETURN_IF_ERROR(smxx::kernels_may_overlap(kWho, &overlap));
+  return launch_router(w, x, tokens, ids, weights, overlap, stream);
+}
+
+size_t workspace_bytes(const DeviceWeights& w, int64_t tokens) {
+  return make_layout(w, tokens).total;
+}
+
+Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace,
+                   size_t workspace_size, cudaStream_t stream) {
+  const MoeShape& s = w.shape;
+  const int64_t T = a.tokens, E = s.experts, k = s.topk, H = s.hidden;
+  const int64_t Hp = w.hidden_padded, Ip = w.intermediate_padded;
+  if (T <= 0) return Status::InvalidArgument(fmt::format("portable: tokens = {} must be positive", T));
+  if (E > kMaxExperts)
+    return Status::Unsupported(fmt::format("portable: {} experts, at most {} supported", E, kMaxExperts));
+  if (k < 1 || k > 8 || k > E)
+    return Status::Unsupported(fmt::format("portable: topk = {} outside [1, min(8, experts)]", k));
+  if (H % 32 != 0 || Hp % 64 != 0 || Ip % 64 != 0 || Hp < H || Ip < s.intermediate)
+    return Status::InvalidArgument(fmt::format(
+        "portable: H = {} must be a multiple of 32 and Hp = {}, Ip = {} multiples of 64", H, Hp, Ip));
+  if (T * k >= (int64_t(1) << 31) / 2)
+    return Status::Unsupported(fmt::format("portable: tokens * topk = {} too large", T * k));
+  if (!a.x || !a.y || !workspace) return Status::InvalidArgument("portable: null x, y or workspace");
+  if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
+    return Status::InvalidArgument("portable: pass both topk ids and weights, or neither");
+  const Layout l = make_layout(w, T);
+  if (workspace_size < l.total)
+    return Status::InvalidArgument(
+        fmt::format("portable: workspace of {} bytes, {} needed", workspace_size, l.total));
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+    return Status::InvalidArgument("portable: workspace must be 256-byte aligned");
+  // Overlap each kernel's launch with the previous one's tail on SM90+.
+  bool overlap = false;
+  MXMOE_RETURN_IF_ERROR(smxx::kernels_may_overlap(kWho, &overlap));
+  char* ws = static_cast<char*>(workspace);
+  auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
+
+  const int32_t* ids = a.topk_ids;
+  const float* rweights = a.topk_weights;
+  if (!ids) {
+    int32_t* ids_out = static_cast<int32_t*>(at(l.ids));
+    float* w_out = static_cast<float*>(at(l.weights));
+    MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, T, ids_out, w_out, overlap, stream));
+    ids = ids_out;
+    rweights = w_out;
+  }
+
+  int32_t* sorted_pair = static_cast<int32_t*>(at(l.sorted_pair));
+  int32_t* pair_row = static_cast<int32_t*>(at(l.pair_row));
+  int32_t* tile_expert = static_cast<int32_t*>(at(l.tile_expert));
+  int32_t* tile_row = static_cast<int32_t*>(at(l.tile_row));
+  int32_t* num_tiles = static_cast<int32_t*>(at(l.num_tiles));
+  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile, sorted_pair, pair_row, tile_expert,
+                                                     tile_row, num_tiles, overlap, stream, kWho));
+
+  uint16_t* act = static_cast<uint16_t*>(at(l.act));
+  float* ypair = static_cast<float*>(at(l.ypair));
+  GemmParams g1{};
+  g1.codes = w.w13_codes;
+  g1.scales = w.w13_scales;
+  g1.code_row_stride = Hp / 2;
+  g1.code_expert_stride = 2 * Ip * Hp / 2;
+  g1.scale_row_stride = Hp / 32;
+  g1.scale_expert_stride = 2 * Ip * Hp / 32;
+  g1.bias = w.b13;
+  g1.bias_expert_stride = 2 * Ip;
+  g1.n_rows = int(2 * Ip);
+  g1.k = int(Hp);
+  g1.k_valid = int(H);
+  g1.act_in = a.x;
+  g1.act_in_stride = H;
+  g1.topk = int(k);
+  g1.sorted_pair = sorted_pair;
+  g1.tile_expert = tile_expert;
+  g1.tile_row = tile_row;
+  g1.num_tiles = num_tiles;
+  g1.act_out = act;
+  g1.act_out_stride = Ip;
+  g1.alpha = w.swiglu.alpha;
+  g1.limit = w.swiglu.limit;
+  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, true, l.max_tiles, overlap, stream), "GEMM1 launch"));
+
+  GemmParams g2 = g1;
+  g2.codes = w.w2_codes;
+  g2.scales = w.w2_scales;
+  g2.code_row_stride = Ip / 2;
+  g2.code_expert_stride = Hp * Ip / 2;
+  g2.scale_row_stride = Ip / 32;
+  g2.scale_expert_stride = Hp * Ip / 32;
+  g2.bias = w.b2;
+  g2.bias_expert_stride = Hp;
+  g2.n_rows = int(Hp);
+  g2.k = int(Ip);
+  g2.k_valid = int(Ip);
+  g2.act_in = act;
+  g2.act_in_stride = Ip;
+  g2.act_out = nullptr;
+  g2.y_out = ypair;
+  g2.n_valid = int(H);
+  g2.route_w = rweights;
+  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, false, l.max_tiles, overlap, stream), "GEMM2 launch"));
+
+  return smxx::launch_combine(ypair, pair_row, T, k, H, a.y, overlap, stream, kWho);
+}
+
+}  // namespace mxmoe::portable
