@@ -66,9 +66,17 @@ TEST(Plan, Sm90PadsHiddenPastTheLast128Tile) {
   const PreparePlan p = make_plan(BackendKind::kSm90, kGptOss20b);
   EXPECT_EQ(p.hidden_padded, 2944);
   EXPECT_EQ(p.intermediate_padded, 2944);
-  EXPECT_EQ(p.w13_layout, W13Layout::kStackedUpGate);
-  EXPECT_GT(p.prefetch_rows, 0);
+  // The portable kernel's byte layout (its decode path runs on these weights),
+  // and no over-read: the producer requests only the chunks of its tiles.
+  EXPECT_EQ(p.w13_layout, W13Layout::kInterleaved);
+  EXPECT_EQ(p.swizzle, WeightSwizzle::kMmaRowGroups16);
+  EXPECT_EQ(p.prefetch_rows, 0);
+  EXPECT_EQ(p.w13_codes_bytes, 32 * 2 * 2944 * 2944 / 2);
+  EXPECT_EQ(p.w2_scales_bytes, 32 * 2944 * 2944 / 32);
   EXPECT_GT(p.prepared_bytes(), original_bytes(kGptOss20b));
+  const PreparePlan tp = make_plan(BackendKind::kSm90, {4, 320, 224, 4});
+  EXPECT_EQ(tp.hidden_padded, 384);
+  EXPECT_EQ(tp.intermediate_padded, 256);
   EXPECT_EQ(make_plan(BackendKind::kCpu, kGptOss20b).prepared_bytes(), original_bytes(kGptOss20b));
 }
 

@@ -96,8 +96,11 @@ TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowGroups16, dense.data(), 16, 32, out.data()).ok());
 }
 
-TEST(Swizzle, PortablePlanUsesFragmentOrder) {
+TEST(Swizzle, PortableAndSm90PlansUseFragmentOrder) {
   EXPECT_EQ(make_plan(BackendKind::kPortable, kGptOss20b).swizzle, WeightSwizzle::kMmaRowGroups16);
+  // sm90's wgmma A fragment of a warp is the mma.m16n8k16 A fragment of its 16
+  // rows: the same words (tests/sm90_layout_test.cpp follows them into wgmma).
+  EXPECT_EQ(make_plan(BackendKind::kSm90, kGptOss20b).swizzle, WeightSwizzle::kMmaRowGroups16);
   EXPECT_EQ(make_plan(BackendKind::kCpu, kGptOss20b).swizzle, WeightSwizzle::kNone);
 }
 

@@ -35,7 +35,20 @@ PreparePlan plan_portable(const MoeShape& shape) {
   return p;
 }
 
-// sm90 / sm100 / sm120: CUTLASS-style grouped GEMMs whose fused SwiGLU epilogue
+// sm90: the wgmma kernel reads the portable kernel's bytes (interleaved gate/up
+// rows, codes in mma fragment order with permuted bits, dense scales): the
+// wgmma A fragment of a warp is the mma.m16n8k16 A fragment of its 16 rows, so
+// the same words feed both, and the sm90 backend's decode path (the portable
+// GEMV) runs on the weights the wgmma path uses, without a second copy. The
+// K order this implies on the activation side is applied by the sm90 kernels
+// that write activations (src/cuda/sm90/sm90_layout.h).
+PreparePlan plan_sm90(const MoeShape& shape) {
+  PreparePlan p = base_plan(BackendKind::kSm90, shape);
+  p.swizzle = WeightSwizzle::kMmaRowGroups16;
+  return p;
+}
+
+// sm100 / sm120: CUTLASS-style grouped GEMMs whose fused SwiGLU epilogue
 // takes the two halves of the N dimension as [up; gate].
 PreparePlan plan_stacked(BackendKind backend, const MoeShape& shape) {
   PreparePlan p = base_plan(backend, shape);
@@ -50,11 +63,14 @@ BackendAlignment backend_alignment(BackendKind kind) {
     case BackendKind::kCpu: return {32, 32};
     // portable: 64-row weight tiles (N) and 64-wide K steps (two scale blocks).
     case BackendKind::kPortable: return {64, 64};
-    // wgmma / tcgen05 / sm120 block-scaled MMA: 128-wide K tiles (four scale
-    // blocks per TMA box) and 128-row N tiles. H = 2880 is 64 past a multiple
-    // of 128, so it pads to 2944 rather than letting the last K tile read 64
+    // sm90: every pipeline stage is a 128-wide K chunk (one MX block per lane
+    // of a row group) and every block tile 128 weight rows (two consumer
+    // warpgroups of 64), so both padded dimensions are multiples of 128.
+    // H = 2880 pads to 2944 rather than letting the last chunk read 64
     // elements (2 scale bytes) of the next row.
-    case BackendKind::kSm90:
+    case BackendKind::kSm90: return {128, 128};
+    // tcgen05 / sm120 block-scaled MMA: 128-wide K tiles (four scale blocks
+    // per TMA box) and 128-row N tiles, as for sm90.
     case BackendKind::kSm100:
     case BackendKind::kSm120: return {128, 128};
   }
@@ -65,9 +81,12 @@ TileOverreach backend_overreach(BackendKind kind) {
   switch (kind) {
     case BackendKind::kCpu:
     case BackendKind::kPortable: return {0};  // loads are issued only for tiles in range
+    // sm90: the producer issues exactly the K chunks of the tiles it walks and
+    // one scale block per tile, all inside the tile's 128 rows; nothing is
+    // requested ahead of the loop test.
+    case BackendKind::kSm90: return {0};
     // TMA pipelines issue the next stage's 128-row box before the loop test;
     // at the last tile of the last expert that box lies past the stack.
-    case BackendKind::kSm90:
     case BackendKind::kSm100:
     case BackendKind::kSm120: return {128};
   }
@@ -103,7 +122,7 @@ PreparePlan make_plan(BackendKind backend, const MoeShape& shape) {
   switch (backend) {
     case BackendKind::kCpu: p = plan_cpu(shape); break;
     case BackendKind::kPortable: p = plan_portable(shape); break;
-    case BackendKind::kSm90:
+    case BackendKind::kSm90: p = plan_sm90(shape); break;
     case BackendKind::kSm100:
     case BackendKind::kSm120: p = plan_stacked(backend, shape); break;
   }

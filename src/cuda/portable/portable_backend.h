@@ -30,7 +30,8 @@ struct UploadedWeights {
   std::shared_ptr<void> storage;
 };
 
-// Uploads weights prepared with a portable plan (make_plan or a shard's):
+// Uploads weights prepared with a portable plan (make_plan or a shard's) or an
+// sm90 plan (the same layout, padded to 128):
 // codes swizzled per plan.swizzle, each tensor inside `poison_margin_bytes` of
 // poison (see DeviceBackendOptions; 0 for none). view.shape is plan.shape; the
 // router pointers are null when `prepared` holds no router.

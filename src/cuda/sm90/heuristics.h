@@ -1,0 +1,86 @@
+// Policy of the sm90 backend: small pure functions of the problem (tokens,
+// shape) that pick the path (the wgmma GEMMs, or the portable GEMV for decode),
+// the token tile and the pipeline depth of each GEMM. None of these choices
+// has been measured on an H200 yet; each comment gives the arithmetic it rests
+// on. `mxmoe info` prints the configuration per token count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/sm90/sm90_layout.h"
+
+namespace mxmoe::sm90 {
+
+// Shared memory one block may use on SM90 (227 KB, after opting in).
+inline constexpr int kMaxDynamicSmem = 232448;
+// Deeper rings only add start-up latency: at 128 tokens a stage is ~1000
+// tensor-core cycles, and 5 stages cover an HBM round trip several times over.
+inline constexpr int kMaxStages = 8;
+// At most this many rows per expert on average the GEMMs are GEMVs over the
+// touched experts: a 64-row wgmma tile would be mostly padding, and the
+// portable decode kernel (8-token tiles, split K) is the measured one.
+inline constexpr int64_t kDecodeMaxMeanRows = 8;
+
+enum class Path { kPortableDecode, kWgmma };
+
+// Tuning knobs (tests and benchmarks); 0 keeps the heuristic.
+struct Overrides {
+  int path = 0;        // 1: portable decode, 2: wgmma
+  int token_tile = 0;  // 64 or 128
+};
+
+struct Config {
+  Path path = Path::kPortableDecode;
+  int token_tile = 0;    // tokens per wgmma tile (the N of m64nNk16); 0 on the decode path
+  int stages_gemm1 = 0;  // pipeline stages of GEMM1 (K = padded H) and GEMM2 (K = padded I)
+  int stages_gemm2 = 0;
+};
+
+// Mean (token, slot) rows per expert, rounded up.
+inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t experts) {
+  return (tokens * topk + experts - 1) / experts;
+}
+
+// Tokens per wgmma tile. Each expert's rows are padded to the tile, about
+// half a tile per expert on average: with m rows per expert a tile of N keeps
+// m / (m + N/2) of its columns busy (m = 128: 80% at 64, 67% at 128). A
+// larger tile dequantises each weight once for twice the tokens and halves
+// the weight re-reads from L2. 128 from 256 rows per expert on (89% vs 80%).
+inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
+  if (override_tile == 64 || override_tile == 128) return override_tile;
+  return mean_rows_per_expert(tokens, topk, experts) < 256 ? 64 : 128;
+}
+
+// Deepest ring (at most kMaxStages) whose shared memory fits, or 0 when not
+// even two stages do (K too large).
+inline int pipeline_stages(int token_tile, int64_t k_padded) {
+  for (int s = kMaxStages; s >= 2; --s)
+    if (smem_layout(token_tile, int(k_padded), s).bytes <= kMaxDynamicSmem) return s;
+  return 0;
+}
+
+// The configuration for `tokens` tokens of a layer with padded H and I.
+inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
+                            int64_t intermediate_padded, const Overrides& o = {}) {
+  Config c;
+  const bool decode = mean_rows_per_expert(tokens, topk, experts) <= kDecodeMaxMeanRows;
+  if (o.path == 1 || (o.path != 2 && decode)) return c;
+  const int bn = token_tile(tokens, topk, experts, o.token_tile);
+  const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
+  if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
+  c.path = Path::kWgmma;
+  c.token_tile = bn;
+  c.stages_gemm1 = s1;
+  c.stages_gemm2 = s2;
+  return c;
+}
+
+// One line, e.g. "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2)".
+inline std::string describe(const Config& c) {
+  if (c.path == Path::kPortableDecode) return "portable decode kernels (mma.sync GEMV)";
+  return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
+         std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2)";
+}
+
+}  // namespace mxmoe::sm90

@@ -1,0 +1,26 @@
+// Entry point of the `sm90` CUDA backend (wgmma, Hopper), compiled only when
+// the build carries sm_90a code.
+#pragma once
+
+#include <memory>
+
+#include "cuda/common/device_backend.h"
+#include "cuda/sm90/heuristics.h"
+#include "mxmoe/backend.h"
+
+namespace mxmoe {
+
+struct Sm90Options {
+  DeviceBackendOptions device;  // poisoned margins and workspace (tests)
+  // Path and token tile instead of the heuristics' (tests, benchmarks). Where
+  // a field is 0, MXMOE_SM90_PATH (decode | wgmma) and MXMOE_SM90_TILE (64 |
+  // 128) are read instead.
+  sm90::Overrides overrides;
+};
+
+// Prepares `weights` with the sm90 plan and uploads them to the current CUDA
+// device, which must be an SM90 GPU.
+Status create_sm90_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out);
+Status create_sm90_backend(const MoeWeightsView& weights, const Sm90Options& options, std::unique_ptr<Backend>* out);
+
+}  // namespace mxmoe

@@ -1,0 +1,137 @@
+// Byte layouts the sm90 wgmma kernels and the host tests share: the K order
+// of the activation operand, its shared-memory image (the 128-byte swizzle
+// wgmma reads), the packed activation tensors in global memory (one pipeline
+// stage = one contiguous bulk copy), the wgmma shared-memory descriptor, the
+// accumulator fragment, and the shared-memory carve-up. Plain C++, compiled
+// for the host (tests, heuristics) and the device (kernels).
+//
+// Why the activations are packed instead of copied row by row: a 1D bulk copy
+// writes contiguous bytes, but wgmma reads a K-major operand either as 8-row
+// core matrices interleaved every 16 bytes (no swizzle) or with each row's
+// 16-byte pieces permuted by its row index (swizzled). Neither is a token row
+// copied as is, so the kernels that produce activations (the pack kernel for x,
+// GEMM1's epilogue for the SwiGLU output) write them in the exact byte image of
+// a shared-memory stage, and each stage is one bulk copy. The 128-byte swizzle
+// is the one chosen: its 8 rows x 128 bytes atoms are read without bank
+// conflicts, and 8 lanes storing one row's 8 pieces hit 8 different banks.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MXMOE_SM90_HD __host__ __device__
+#else
+#define MXMOE_SM90_HD
+#endif
+
+namespace mxmoe::sm90 {
+
+inline constexpr int kChunk = 128;                // K elements per pipeline stage
+inline constexpr int kTileRows = 128;             // weight rows of a block tile
+inline constexpr int kConsumerWarpgroups = 2;     // each owns 64 rows (one wgmma m64)
+inline constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // + one producer warpgroup
+inline constexpr int kGroupRows = 16;             // rows of one warp (WeightSwizzle::kMmaRowGroups16 group)
+inline constexpr int kGroupChunkBytes = 1024;     // codes of one group's 128-K chunk, contiguous
+inline constexpr int kCodeStageBytes = kTileRows / kGroupRows * kGroupChunkBytes;  // 8 KB
+static_assert(kTileRows == 64 * kConsumerWarpgroups, "a consumer warpgroup's wgmma covers 64 rows (m64)");
+static_assert(kCodeStageBytes == kTileRows * kChunk / 2, "two E2M1 codes per byte");
+
+// ---- K order of the activation operand ---------------------------------------
+// The weights are the wgmma A operand, from registers. Thread (g, t) of a warp
+// (lane 4g + t) holds, for the k16 step s of a chunk, rows g and g + 8 of the
+// warp's 16 rows and the operand k {16s + 2t, 16s + 2t + 1} (a0 / a1) and
+// {16s + 2t + 8, 16s + 2t + 9} (a2 / a3). The code layout (kMmaRowGroups16)
+// gives lane t the physical elements [32t, 32t + 32) of the chunk as four
+// words, word w's pair i being the elements (8w + i, 8w + i + 4)
+// (smxx::e2m1_pair_bits). Step s takes word s / 2: pair 2 (s % 2) for a0 / a1,
+// pair 2 (s % 2) + 1 for a2 / a3. So operand k = 16s + 2t + 8p + b (p: a2/a3,
+// b: the high half of the pair) is the physical element
+// 32t + 8 (s / 2) + 2 (s % 2) + p + 4b, and the activations are stored in that
+// order: a dot product is unchanged when both operands' K is permuted alike.
+MXMOE_SM90_HD constexpr int physical_k(int k) {
+  const int s = k >> 4, t = (k >> 1) & 3, p = (k >> 3) & 1, b = k & 1;
+  return 32 * t + 8 * (s >> 1) + 2 * (s & 1) + p + 4 * b;
+}
+// The inverse: operand k of physical element e = 32t + 8w + i of a chunk.
+MXMOE_SM90_HD constexpr int logical_k(int e) {
+  const int t = e >> 5, w = (e >> 3) & 3, i = e & 7;
+  const int pair = i & 3, b = i >> 2;
+  return 32 * w + 8 * pair + 2 * t + b;
+}
+
+// ---- Shared-memory image of one stage of activations ---------------------------
+// `bn` tokens x 128 operand k, bf16, K-major with the 128-byte swizzle: two
+// 64-wide halves, each bn rows x 128 bytes; in every 8-row block (1024 bytes,
+// 1024-aligned) the 16-byte piece j of row n sits at piece j ^ (n % 8).
+MXMOE_SM90_HD constexpr int stage_bytes(int bn) { return bn * kChunk * 2; }
+MXMOE_SM90_HD constexpr int stage_offset(int bn, int n, int k) {
+  return (k >> 6) * bn * 128 + n * 128 + ((((k >> 3) & 7) ^ (n & 7)) << 4) + ((k & 7) << 1);
+}
+
+// ---- Packed activations in global memory --------------------------------------
+// [token tile][chunk][stage image]: physical element e of token row n of tile
+// `tile`, rows of `k_padded` elements. Stage (tile, chunk) is one contiguous
+// stage_bytes(bn) copy.
+MXMOE_SM90_HD constexpr int64_t packed_offset(int bn, int64_t k_padded, int64_t tile, int n, int64_t e) {
+  return (tile * (k_padded / kChunk) + e / kChunk) * stage_bytes(bn) + stage_offset(bn, n, logical_k(int(e % kChunk)));
+}
+
+// The pack kernel's unit, 16 bytes at a time: operand k [32w, 32w + 32) of a
+// row come from the physical 8-element pieces (t, w), t = 0..3 (elements
+// 32t + 8w + i), and make the 16-byte operand pieces 4w + j, j = 0..3. `in[t]`
+// holds piece (t, w) as 4 words (x0 x1, x2 x3, x4 x5, x6 x7; even element in
+// the low half); `out[j]` receives operand piece 4w + j, whose word t is the
+// pair (x_j, x_{j+4}) of piece t.
+MXMOE_SM90_HD inline void pack_pieces(const uint32_t (&in)[4][4], uint32_t (&out)[4][4]) {
+  for (int j = 0; j < 4; ++j)
+    for (int t = 0; t < 4; ++t) {
+      const uint32_t a = in[t][j >> 1], c = in[t][(j >> 1) + 2];
+      out[j][t] = (j & 1) ? ((a >> 16) | (c & 0xFFFF0000u)) : ((a & 0xFFFFu) | (c << 16));
+    }
+}
+
+// ---- wgmma shared-memory descriptor of the activation operand -------------------
+// For the k16 step s (0..7) of the stage at shared address `stage`
+// (1024-aligned): start address (bits 0-13, in 16-byte units) at half s / 4
+// and byte (s % 4) * 32 of the row, leading byte offset 1 (not used by a
+// swizzled K-major operand), stride byte offset 1024 >> 4 (the next 8 rows),
+// base offset 0 (the atoms are 1024-aligned, and the start offset stays
+// inside the first 128 bytes), swizzle mode 1 (128 bytes) in bits 62-63.
+MXMOE_SM90_HD constexpr uint64_t b_descriptor(uint32_t stage, int bn, int s) {
+  const uint32_t start = stage + uint32_t((s >> 2) * bn * 128 + (s & 3) * 32);
+  return uint64_t((start >> 4) & 0x3FFFu) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// ---- Accumulators (wgmma m64nNk16, f32) -------------------------------------------
+// Register i (0 .. bn/2 - 1) of thread (g, t) of warp w of a warpgroup holds
+// D[16w + acc_m(g, i)][acc_n(t, i)]: i = 4j + 2h + c is row g + 8h, column
+// 8j + 2t + c.
+MXMOE_SM90_HD constexpr int acc_m(int g, int i) { return g + 8 * ((i >> 1) & 1); }
+MXMOE_SM90_HD constexpr int acc_n(int t, int i) { return 8 * (i >> 2) + 2 * t + (i & 1); }
+// Weight row (within the 128-row tile) of row m (0..15) of warp w of consumer
+// warpgroup q: warp w of q holds the tile's group 4q + w, whose mma row g is
+// the group's row 2g and row g + 8 its row 2g + 1 (kMmaRowGroups16), so gate_j
+// and up_j of interleaved w13 rows meet in one thread.
+MXMOE_SM90_HD constexpr int tile_row(int q, int w, int m) { return kGroupRows * (4 * q + w) + 2 * (m & 7) + (m >> 3); }
+
+// ---- Shared memory of the GEMM kernel ---------------------------------------------
+// Offsets from the 1024-aligned base: `stages` activation stages, `stages`
+// code stages (8 row groups x 1 KB), two scale buffers (128 rows x k/32 bytes
+// of the current and the next tile), then the mbarriers: full[stages],
+// empty[stages], scale_full[2], scale_empty[2]. `bytes` is the dynamic shared
+// memory to request, 1024 bytes of alignment slack included.
+struct SmemLayout {
+  int act, codes, scales, scale_stride, bars, bytes;
+};
+MXMOE_SM90_HD constexpr SmemLayout smem_layout(int bn, int k_padded, int stages) {
+  SmemLayout l{};
+  l.act = 0;
+  l.codes = stages * stage_bytes(bn);
+  l.scales = l.codes + stages * kCodeStageBytes;
+  l.scale_stride = (kTileRows * (k_padded / 32) + 127) / 128 * 128;
+  l.bars = l.scales + 2 * l.scale_stride;
+  l.bytes = 1024 + l.bars + (2 * stages + 4) * 8;
+  return l;
+}
+
+}  // namespace mxmoe::sm90

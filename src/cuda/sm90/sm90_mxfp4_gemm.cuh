@@ -1,0 +1,299 @@
+// Grouped MoE GEMM with MXFP4 weights on Hopper's wgmma (sm_90a):
+// out[row, n] = sum_k W_e[row, k] act[n, k] for the token rows n of one
+// expert's token tile. Weights are the A operand (M = 64 rows per consumer
+// warpgroup), dequantised to bf16 in registers from codes in shared memory
+// exactly as the portable mma.sync kernel does (the wgmma A fragment of a
+// warp's 16 rows is the mma.m16n8k16 A fragment); tokens are N (64 or 128);
+// activations are the B operand, read by wgmma from a 128-byte-swizzled
+// shared-memory stage (sm90_layout.h).
+//
+// Block: 3 warpgroups, one block per SM, persistent over the (token tile,
+// 128-row tile) items in a fixed order (row tiles fastest: the token tile's
+// stages stay in L2 while every row tile reads them; consecutive token tiles
+// of one expert re-read its weights from L2).
+//   * warpgroup 0, producer (40 registers): one warp streams a ring of
+//     `stages` stages with 1D bulk copies completing on mbarriers: per 128-K
+//     chunk the 8 row groups' codes (1 KB each, contiguous in the
+//     kMmaRowGroups16 layout) and the token tile's packed activations (one
+//     contiguous copy), and once per item the tile's 128 x K/32 scale bytes
+//     (double-buffered, so the next item's scales load during this one).
+//   * warpgroups 1 and 2, consumers (232 registers): 64 weight rows each.
+//     Per chunk: wait "full", dequantise 8 k16 steps of A (32 registers), issue
+//     8 wgmma m64nNk16 into the same accumulators, commit, then wait until at
+//     most this chunk's group is in flight and release the previous chunk's
+//     stage ("empty"). A registers alternate between two sets so that the
+//     dequantisation of chunk c+1 overlaps the tensor cores on chunk c.
+// Barriers: full[s] (1 arrival + transaction bytes), empty[s] (8 consumer
+// warps), scale_full[2] / scale_empty[2] likewise. Results are deterministic:
+// no atomics, every sum in a fixed order.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/smxx_mxfp4_dequant.cuh"
+#include "cuda/sm90/sm90_layout.h"
+#include "cuda/sm90/sm90_mxfp4_gemm_launch.h"
+#include "cuda/sm90/sm90_ptx.cuh"
+
+namespace mxmoe::sm90 {
+
+// Register budgets after setmaxnreg (multiples of 8): 128 x 40 + 256 x 232 =
+// 64512 of the SM's 65536. The kernel enters with 65536 / 384 = 168 (launch
+// bounds with one block per SM, which setmaxnreg needs to take effect).
+inline constexpr int kProducerRegs = 40;
+inline constexpr int kConsumerRegs = 232;
+static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536,
+              "the warpgroups' register budgets must fit the register file");
+
+namespace detail {
+
+// Chunk c's A fragments of this thread: rows g (lo) and g + 8 (hi) of the
+// warp's 16 rows, from its 16 code bytes per row (4 words, one MX block: the
+// lane's 32 physical elements of the chunk) and the two rows' scales.
+// a[s] = {a0, a1, a2, a3} of k16 step s: word s/2, pairs 2(s%2) (a0 lo, a1 hi)
+// and 2(s%2)+1 (a2 lo, a3 hi), which is why the activations are stored in
+// the K order of logical_k (sm90_layout.h).
+template <bool kTwoStep>
+__device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& hi, uint32_t s_lo, uint32_t s_hi,
+                                                 uint32_t (&a)[8][4]) {
+  const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
+  smxx::ScaleFactor fl, fh;
+  if constexpr (kTwoStep) {
+    fl = smxx::scale_factor_any(s_lo);
+    fh = smxx::scale_factor_any(s_hi);
+  } else {
+    fl = {smxx::scale_factor_small(s_lo), 0u};
+    fh = {smxx::scale_factor_small(s_hi), 0u};
+  }
+  auto deq = [](uint32_t word, int pair, const smxx::ScaleFactor& f) {
+    uint32_t v = smxx::bf16x2_mul(smxx::e2m1_pair_bits(word, pair), f.f1);
+    if constexpr (kTwoStep) v = smxx::bf16x2_mul(v, f.f2);
+    return v;
+  };
+#pragma unroll
+  for (int s = 0; s < 8; ++s) {
+    const int w = s >> 1, p = 2 * (s & 1);
+    a[s][0] = deq(wl[w], p, fl);
+    a[s][1] = deq(wh[w], p, fh);
+    a[s][2] = deq(wl[w], p + 1, fl);
+    a[s][3] = deq(wh[w], p + 1, fh);
+  }
+}
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
+
+// Shared-memory addresses of one block (see SmemLayout).
+struct Smem {
+  uint32_t base;        // shared address, 1024-aligned
+  const uint8_t* ptr;   // the same byte, generic pointer (ordinary loads)
+  SmemLayout l;
+  int stages;
+  __device__ uint32_t full(int s) const { return base + l.bars + 8 * s; }
+  __device__ uint32_t empty(int s) const { return base + l.bars + 8 * (stages + s); }
+  __device__ uint32_t scale_full(int b) const { return base + l.bars + 8 * (2 * stages + b); }
+  __device__ uint32_t scale_empty(int b) const { return base + l.bars + 8 * (2 * stages + 2 + b); }
+};
+
+// The item sequence both roles walk: item = token tile * row tiles + row tile.
+struct Items {
+  int count, row_tiles, chunks;
+};
+
+// Producer: one warp. Lane 0 posts each phase's transaction bytes; lanes 0-7
+// copy the 8 row groups' codes of a chunk and lane 8 the activations.
+template <int BN>
+__device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, const Items& it, int lane) {
+  constexpr uint32_t kActBytes = stage_bytes(BN);
+  const int64_t code_row = p.k / 2, scale_row = p.k / 32;
+  const uint32_t scale_bytes = uint32_t(kTileRows * scale_row);
+  int s = 0;
+  uint32_t phase = 0;
+  int seq = 0;
+  for (int item = blockIdx.x; item < it.count; item += gridDim.x, ++seq) {
+    const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
+    const int64_t row0 = int64_t(p.tile_expert[tt]) * p.n_rows + int64_t(rt) * kTileRows;
+    const int b = seq & 1;
+    ptx::mbar_wait(sm.scale_empty(b), ((seq >> 1) & 1) ^ 1);
+    if (lane == 0) {
+      ptx::mbar_arrive_expect_tx(sm.scale_full(b), scale_bytes);
+      ptx::bulk_load(sm.base + sm.l.scales + b * sm.l.scale_stride, p.scales + row0 * scale_row, scale_bytes,
+                     sm.scale_full(b));
+    }
+    const uint8_t* codes = p.codes + row0 * code_row;
+    const uint8_t* act = p.act_in + int64_t(tt) * it.chunks * kActBytes;
+    for (int c = 0; c < it.chunks; ++c) {
+      ptx::mbar_wait(sm.empty(s), phase ^ 1);
+      if (lane == 0) ptx::mbar_arrive_expect_tx(sm.full(s), kCodeStageBytes + kActBytes);
+      __syncwarp();
+      if (lane < kTileRows / kGroupRows)
+        ptx::bulk_load(sm.base + sm.l.codes + s * kCodeStageBytes + lane * kGroupChunkBytes,
+                       codes + lane * kGroupRows * code_row + c * kGroupChunkBytes, kGroupChunkBytes, sm.full(s));
+      else if (lane == kTileRows / kGroupRows)
+        ptx::bulk_load(sm.base + sm.l.act + s * kActBytes, act + int64_t(c) * kActBytes, kActBytes, sm.full(s));
+      if (++s == sm.stages) {
+        s = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
+// Epilogue of one item for the thread (g, t) of warp w of consumer
+// warpgroup q: accumulator i = 4j + 2h + c is weight row tile_row(q, w, g + 8h)
+// (rows 2g and 2g + 1 of the warp's group: gate_j and up_j for GEMM1, hidden
+// rows h0 and h0 + 1 for GEMM2) and token column acc_n(t, i).
+template <int BN, bool kSwiglu>
+__device__ __forceinline__ void finish_item(const GemmParams& p, const float (&acc)[BN / 2], int tt, int rt, int e,
+                                            int q, int w, int g, int t) {
+  const int row = rt * kTileRows + tile_row(q, w, g);  // even; row + 1 is its pair
+  const uint16_t* bias = p.bias + int64_t(e) * p.n_rows;
+  const float b_lo = bf16_to_f32(bias[row]), b_hi = bf16_to_f32(bias[row + 1]);
+  if constexpr (kSwiglu) {
+    const int64_t act_k = p.n_rows / 2;  // GEMM2's padded K
+    const int j = row / 2;               // intermediate column of (gate_j, up_j)
+#pragma unroll
+    for (int i = 0; i < BN / 2; i += 4)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int n = acc_n(t, i + c);
+        const int pair = p.sorted_pair[int64_t(tt) * BN + n];
+        float a = 0.f;
+        if (pair >= 0) {
+          // GPT-OSS SwiGLU, written so that a NaN input stays NaN (as the
+          // reference's std::min / std::clamp), which fminf would drop.
+          const float hg = acc[i + c] + b_lo, hu = acc[i + 2 + c] + b_hi;
+          const float gg = p.limit < hg ? p.limit : hg;
+          const float uu = hu < -p.limit ? -p.limit : (p.limit < hu ? p.limit : hu);
+          a = gg / (1.f + expf(-p.alpha * gg)) * (uu + 1.f);
+        }
+        *reinterpret_cast<uint16_t*>(p.act_out + packed_offset(BN, act_k, tt, n, j)) =
+            __bfloat16_as_ushort(__float2bfloat16_rn(a));
+      }
+  } else {
+    if (row >= p.n_valid) return;  // padded hidden rows (n_valid is a multiple of 32, row is even)
+#pragma unroll
+    for (int i = 0; i < BN / 2; i += 4)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int n = acc_n(t, i + c);
+        const int64_t r = int64_t(tt) * BN + n;
+        const int pair = p.sorted_pair[r];
+        if (pair < 0) continue;
+        const float rw = p.route_w[pair];
+        float2 o;
+        o.x = rw * (acc[i + c] + b_lo);
+        o.y = rw * (acc[i + 2 + c] + b_hi);
+        *reinterpret_cast<float2*>(p.y_out + r * p.n_valid + row) = o;
+      }
+  }
+}
+
+// Consumer warpgroup q (0 or 1): rows [64q, 64q + 64) of each item's tile.
+template <int BN, bool kSwiglu, bool kTwoStep>
+__device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, const Items& it, int q, int w,
+                                        int lane) {
+  constexpr int kAcc = BN / 2;
+  constexpr uint32_t kActBytes = stage_bytes(BN);
+  static_assert(kAcc * 128 == 64 * BN, "an m64nN f32 accumulator is N/2 registers per thread");
+  const int g = lane >> 2, t = lane & 3, group = 4 * q + w;
+  const int64_t scale_row = p.k / 32;
+  float acc[kAcc];
+  uint32_t a0[8][4], a1[8][4];
+  int s = 0;
+  uint32_t phase = 0;
+  int seq = 0;
+  for (int item = blockIdx.x; item < it.count; item += gridDim.x, ++seq) {
+    const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
+    const int e = p.tile_expert[tt];
+    const int b = seq & 1;
+    ptx::mbar_wait(sm.scale_full(b), (seq >> 1) & 1);
+    // Scale byte of row 2g (lo) of the group for chunk c: scales_lo[4c]; the
+    // lane's MX block of the chunk is block 4c + t.
+    const uint8_t* scales_lo = sm.ptr + sm.l.scales + b * sm.l.scale_stride + (kGroupRows * group + 2 * g) * scale_row + t;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    int prev = -1;  // stage of the previous chunk, released once its wgmmas completed
+    auto step = [&](int c, uint32_t(&a)[8][4]) {
+      ptx::mbar_wait(sm.full(s), phase);
+      const uint8_t* codes = sm.ptr + sm.l.codes + s * kCodeStageBytes + group * kGroupChunkBytes + lane * 16;
+      const uint4 lo = *reinterpret_cast<const uint4*>(codes);
+      const uint4 hi = *reinterpret_cast<const uint4*>(codes + kGroupChunkBytes / 2);
+      dequantise_chunk<kTwoStep>(lo, hi, scales_lo[4 * c], scales_lo[scale_row + 4 * c], a);
+      const uint32_t stage = sm.base + sm.l.act + s * kActBytes;
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 8; ++k) ptx::Wgmma<BN>::mma(acc, a[k][0], a[k][1], a[k][2], a[k][3], b_descriptor(stage, BN, k));
+      ptx::wgmma_commit();
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+      ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
+      if (prev >= 0 && lane == 0) ptx::mbar_arrive(sm.empty(prev));
+      prev = s;
+      if (++s == sm.stages) {
+        s = 0;
+        phase ^= 1;
+      }
+    };
+    int c = 0;
+    for (; c + 1 < it.chunks; c += 2) {
+      step(c, a0);
+      step(c + 1, a1);
+    }
+    if (c < it.chunks) step(c, a0);
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+    if (lane == 0) {
+      ptx::mbar_arrive(sm.empty(prev));
+      ptx::mbar_arrive(sm.scale_empty(b));
+    }
+    finish_item<BN, kSwiglu>(p, acc, tt, rt, e, q, w, g, t);
+  }
+}
+
+}  // namespace detail
+
+template <int BN, bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, 1) sm90_mxfp4_moe_gemm(const __grid_constant__ GemmParams p) {
+  static_assert(BN == 64 || BN == 128, "token tile (wgmma N) is 64 or 128");
+  static_assert(kThreads == 384, "one producer and two consumer warpgroups");
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // The 128-byte swizzle is a function of address bits 4-9: each stage must
+  // start on a 1024-byte boundary, whatever alignment the allocation has.
+  const uint32_t raw = ptx::smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const detail::Smem sm{base, smem_raw + (base - raw), smem_layout(BN, p.k, p.stages), p.stages};
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < p.stages; ++s) {
+      ptx::mbar_init(sm.full(s), 1);
+      ptx::mbar_init(sm.empty(s), 4 * kConsumerWarpgroups);
+    }
+    for (int b = 0; b < 2; ++b) {
+      ptx::mbar_init(sm.scale_full(b), 1);
+      ptx::mbar_init(sm.scale_empty(b), 4 * kConsumerWarpgroups);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  smxx::wait_for_previous_kernels();  // schedule and packed activations come from earlier kernels
+  smxx::allow_next_kernel();
+  const int row_tiles = p.n_rows / kTileRows;
+  const detail::Items items{*p.num_tiles * row_tiles, row_tiles, p.k / kChunk};
+  const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  if (warpgroup == 0) {
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    if (warp == 0) detail::produce<BN>(p, sm, items, lane);
+  } else {
+    ptx::setmaxnreg_inc<kConsumerRegs>();
+    if (p.large_scales)
+      detail::consume<BN, kSwiglu, true>(p, sm, items, warpgroup - 1, warp, lane);
+    else
+      detail::consume<BN, kSwiglu, false>(p, sm, items, warpgroup - 1, warp, lane);
+  }
+}
+
+}  // namespace mxmoe::sm90

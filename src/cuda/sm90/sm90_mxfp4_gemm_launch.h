@@ -1,0 +1,47 @@
+// Host-side entry of the sm90 grouped MXFP4 GEMM (kernel in sm90_mxfp4_gemm.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace mxmoe::sm90 {
+
+struct GemmParams {
+  // Weights [E, n_rows, k] in the portable prepared layout: codes in
+  // WeightSwizzle::kMmaRowGroups16 order (row stride k/2 bytes), dense E8M0
+  // scales (row stride k/32 bytes), bf16 bias [E, n_rows].
+  const uint8_t* codes;
+  const uint8_t* scales;
+  const uint16_t* bias;
+  int n_rows;         // multiple of 128 (block tile rows)
+  int k;              // padded K, multiple of 128 (one stage per 128)
+  bool large_scales;  // some scale byte >= 128: the two-multiply dequantisation
+  int stages;         // shared-memory ring depth (pipeline_stages)
+  // Activations in, packed per sm90_layout.h ([token tile][k / 128][stage]).
+  const uint8_t* act_in;
+  // Schedule of the grouping kernel (token tiles of the kernel's token tile).
+  const int32_t* sorted_pair;  // [rows]: pair index t*k + slot, -1 = padding
+  const int32_t* tile_expert;
+  const int32_t* num_tiles;
+  // GEMM1 epilogue: SwiGLU of the interleaved (gate, up) rows into packed
+  // activations with K = n_rows / 2 (GEMM2's input); padding rows get 0.
+  uint8_t* act_out;
+  float alpha, limit;
+  // GEMM2 epilogue: route_w[pair] * (acc + bias) -> y_out fp32 [rows, n_valid].
+  float* y_out;
+  int n_valid;
+  const float* route_w;
+};
+
+// Persistent grid of `grid` blocks (at most one per SM) walking the
+// (token tile, 128-row tile) items; token_tile is 64 or 128. `overlap`:
+// programmatic dependent launch (see pdl.cuh).
+cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swiglu, int grid, bool overlap,
+                                   cudaStream_t stream);
+
+// Raises the dynamic shared-memory limit of every instance to the SM90
+// maximum; once per process, outside stream capture.
+cudaError_t init_sm90_mxfp4_gemm();
+
+}  // namespace mxmoe::sm90
