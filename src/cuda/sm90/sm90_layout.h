@@ -52,7 +52,12 @@ MXMOE_SM90_HD constexpr int physical_k(int k) {
   const int s = k >> 4, t = (k >> 1) & 3, p = (k >> 3) & 1, b = k & 1;
   return 32 * t + 8 * (s >> 1) + 2 * (s & 1) + p + 4 * b;
 }
-// The inverse: operand k of physical element e = 32t + 8w + i of a chunk.
+// The code word and pair (smxx::e2m1_pair_bits) that feed register `reg`
+// (0..3: a0..a3) of k16 step s; a1 and a3 come from the second row (g + 8).
+MXMOE_SM90_HD constexpr int a_word(int s) { return s >> 1; }
+MXMOE_SM90_HD constexpr int a_pair(int s, int reg) { return 2 * (s & 1) + (reg >> 1); }
+MXMOE_SM90_HD constexpr bool a_second_row(int reg) { return (reg & 1) != 0; }
+// The inverse of physical_k: operand k of physical element e = 32t + 8w + i.
 MXMOE_SM90_HD constexpr int logical_k(int e) {
   const int t = e >> 5, w = (e >> 3) & 3, i = e & 7;
   const int pair = i & 3, b = i >> 2;

@@ -53,8 +53,8 @@ namespace detail {
 // warp's 16 rows, from its 16 code bytes per row (4 words, one MX block: the
 // lane's 32 physical elements of the chunk) and the two rows' scales.
 // a[s] = {a0, a1, a2, a3} of k16 step s: word s/2, pairs 2(s%2) (a0 lo, a1 hi)
-// and 2(s%2)+1 (a2 lo, a3 hi), which is why the activations are stored in
-// the K order of logical_k (sm90_layout.h).
+// and 2(s%2)+1 (a2 lo, a3 hi) (a_word, a_pair), which is why the activations
+// are stored in the K order of logical_k (sm90_layout.h).
 template <bool kTwoStep>
 __device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& hi, uint32_t s_lo, uint32_t s_hi,
                                                  uint32_t (&a)[8][4]) {
@@ -73,13 +73,10 @@ __device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& h
     return v;
   };
 #pragma unroll
-  for (int s = 0; s < 8; ++s) {
-    const int w = s >> 1, p = 2 * (s & 1);
-    a[s][0] = deq(wl[w], p, fl);
-    a[s][1] = deq(wh[w], p, fh);
-    a[s][2] = deq(wl[w], p + 1, fl);
-    a[s][3] = deq(wh[w], p + 1, fh);
-  }
+  for (int s = 0; s < 8; ++s)
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg)
+      a[s][reg] = a_second_row(reg) ? deq(wh[a_word(s)], a_pair(s, reg), fh) : deq(wl[a_word(s)], a_pair(s, reg), fl);
 }
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }

@@ -1,0 +1,68 @@
+// The sm90 backend's policy: path, token tile and pipeline depth as pure
+// functions of the problem, including the shared-memory budget they imply.
+#include <gtest/gtest.h>
+
+#include "cuda/sm90/heuristics.h"
+
+namespace mxmoe::sm90 {
+namespace {
+
+TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
+  // gpt-oss-20b (E = 32, k = 4): T = 64 is 8 rows per expert, the last decode point.
+  EXPECT_EQ(choose_config(1, 4, 32, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(64, 4, 32, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(65, 4, 32, 2944, 2944).path, Path::kWgmma);
+  // gpt-oss-120b (E = 128): 8 rows per expert at T = 256.
+  EXPECT_EQ(choose_config(256, 4, 128, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(257, 4, 128, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
+  EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
+  const Config decode = choose_config(16, 4, 32, 2944, 2944);
+  EXPECT_EQ(decode.token_tile, 0);
+  EXPECT_EQ(decode.stages_gemm1, 0);
+  EXPECT_EQ(describe(decode), "portable decode kernels (mma.sync GEMV)");
+}
+
+TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
+  EXPECT_EQ(token_tile(1024, 4, 32), 64);    // 128 rows per expert
+  EXPECT_EQ(token_tile(2040, 4, 32), 64);    // 255 rows per expert
+  EXPECT_EQ(token_tile(2048, 4, 32), 128);   // 256
+  EXPECT_EQ(token_tile(16384, 4, 32), 128);
+  EXPECT_EQ(token_tile(16384, 4, 32, 64), 64);  // override
+  EXPECT_EQ(token_tile(1, 4, 32, 128), 128);
+  EXPECT_EQ(token_tile(16384, 4, 32, 96), 128);  // not a tile the kernel has: ignored
+}
+
+TEST(Sm90Heuristics, StagesFillSharedMemory) {
+  // gpt-oss K = 2944: a stage is 8 KB of codes + 256 bytes per token; two
+  // 11.5 KB scale buffers; 227 KB in all.
+  EXPECT_EQ(pipeline_stages(128, 2944), 5);
+  EXPECT_EQ(pipeline_stages(64, 2944), 8);
+  EXPECT_EQ(pipeline_stages(128, 256), 5);
+  for (int bn : {64, 128})
+    for (int64_t kp : {128, 256, 768, 2944, 3072, 8192}) {
+      const int s = pipeline_stages(bn, kp);
+      ASSERT_GE(s, 2) << bn << " " << kp;
+      EXPECT_LE(smem_layout(bn, int(kp), s).bytes, kMaxDynamicSmem);
+      if (s < kMaxStages) EXPECT_GT(smem_layout(bn, int(kp), s + 1).bytes, kMaxDynamicSmem);
+    }
+  // Not even two stages: K so large that the scale buffers alone take the space.
+  EXPECT_EQ(pipeline_stages(128, 1 << 15), 0);
+  EXPECT_EQ(choose_config(16384, 4, 32, 1 << 15, 2944).path, Path::kPortableDecode);
+}
+
+TEST(Sm90Heuristics, OverridesAndDescription) {
+  const Config forced = choose_config(1, 4, 32, 2944, 2944, {2, 0});
+  EXPECT_EQ(forced.path, Path::kWgmma);
+  EXPECT_EQ(forced.token_tile, 64);
+  EXPECT_EQ(choose_config(16384, 4, 32, 2944, 2944, {1, 0}).path, Path::kPortableDecode);
+  const Config c = choose_config(16384, 4, 32, 2944, 2944);
+  EXPECT_EQ(c.path, Path::kWgmma);
+  EXPECT_EQ(c.token_tile, 128);
+  EXPECT_EQ(c.stages_gemm1, 5);
+  EXPECT_EQ(c.stages_gemm2, 5);
+  EXPECT_EQ(describe(c), "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2)");
+}
+
+}  // namespace
+}  // namespace mxmoe::sm90

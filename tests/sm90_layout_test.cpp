@@ -1,0 +1,300 @@
+// The sm90 kernels' layouts, on the host: the activation operand's K order and
+// shared-memory image, the packed tensors, the wgmma descriptor, the
+// accumulator fragment, the shared-memory carve-up; and one weight tile
+// through the whole wgmma data path (codes as uploaded -> bulk-copied stage ->
+// register A fragments; x -> pack -> stage -> descriptor reads of B)
+// emulated element by element against the dense product, bit-exactly.
+// The fragment layouts are written here from the PTX ISA's definitions
+// (wgmma m64nNk16 A from registers, f32 accumulators; K-major operand with
+// the 128-byte swizzle), independently of the kernel code.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cuda/sm90/sm90_layout.h"
+#include "mxmoe/format.h"
+#include "mxmoe/prepare.h"
+
+namespace mxmoe::sm90 {
+namespace {
+
+TEST(Sm90Layout, OperandKOrderIsABijectionMatchingTheFragments) {
+  std::set<int> seen;
+  for (int k = 0; k < kChunk; ++k) {
+    ASSERT_EQ(logical_k(physical_k(k)), k);
+    ASSERT_EQ(physical_k(logical_k(k)), k);
+    seen.insert(physical_k(k));
+  }
+  EXPECT_EQ(seen.size(), size_t(kChunk));
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_EQ(*seen.rbegin(), kChunk - 1);
+  // wgmma A fragment (PTX ISA, m64nNk16 .bf16 from registers): thread (g, t)
+  // register a0 = row g, k {2t, 2t+1}; a1 = row g+8, same k; a2 = row g,
+  // k {2t+8, 2t+9}; a3 = row g+8, k {2t+8, 2t+9}, per 16-wide step. The
+  // kernel fills register `reg` of step s from word a_word(s), pair
+  // a_pair(s, reg) of the lane's code block: pair i of word w is the physical
+  // elements 8w + i (low half) and 8w + i + 4 (high half) of the lane's 32
+  // elements [32t, 32t + 32). The operand order must put exactly those there.
+  for (int s = 0; s < 8; ++s)
+    for (int t = 0; t < 4; ++t)
+      for (int reg = 0; reg < 4; ++reg)
+        for (int b = 0; b < 2; ++b) {
+          const int k = 16 * s + 2 * t + 8 * (reg >> 1) + b;
+          EXPECT_EQ(physical_k(k), 32 * t + 8 * a_word(s) + a_pair(s, reg) + 4 * b)
+              << "s " << s << " t " << t << " reg " << reg << " b " << b;
+          EXPECT_EQ(a_second_row(reg), (reg & 1) == 1);
+        }
+}
+
+TEST(Sm90Layout, StageImageIsTheSwizzledKMajorOperand) {
+  for (int bn : {64, 128}) {
+    std::vector<int> owner(size_t(stage_bytes(bn) / 2), -1);
+    for (int n = 0; n < bn; ++n)
+      for (int k = 0; k < kChunk; ++k) {
+        const int off = stage_offset(bn, n, k);
+        ASSERT_EQ(off % 2, 0);
+        ASSERT_GE(off, 0);
+        ASSERT_LT(off, stage_bytes(bn));
+        ASSERT_EQ(owner[size_t(off / 2)], -1) << "bn " << bn << " n " << n << " k " << k;
+        owner[size_t(off / 2)] = n * kChunk + k;
+        // Canonical K-major 128B-swizzle layout, from its definition: half
+        // k / 64 is a block of bn rows x 128 bytes; within it, row n at n * 128
+        // and the 16-byte piece j at j XOR (n mod 8); the atom is 8 rows.
+        const int half = k / 64, j = (k % 64) / 8;
+        EXPECT_EQ(off, half * bn * 128 + (n / 8) * 1024 + (n % 8) * 128 + ((j ^ (n % 8)) * 16) + (k % 8) * 2);
+      }
+  }
+}
+
+TEST(Sm90Layout, PackedTensorIsStagesBackToBack) {
+  const int bn = 64;
+  const int64_t kp = 384;  // three chunks
+  std::vector<bool> hit(size_t(3 * kp / kChunk * stage_bytes(bn) / 2), false);
+  for (int64_t tile = 0; tile < 3; ++tile)
+    for (int n = 0; n < bn; ++n)
+      for (int64_t e = 0; e < kp; ++e) {
+        const int64_t off = packed_offset(bn, kp, tile, n, e);
+        ASSERT_EQ(off, (tile * (kp / kChunk) + e / kChunk) * stage_bytes(bn) +
+                           stage_offset(bn, n, logical_k(int(e % kChunk))));
+        ASSERT_FALSE(hit[size_t(off / 2)]);
+        hit[size_t(off / 2)] = true;
+      }
+}
+
+TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
+  // The pack kernel's 16-byte formation against packed_offset element by element.
+  std::mt19937 rng(7);
+  for (int bn : {64, 128}) {
+    const int n = bn - 3;
+    std::vector<uint16_t> x(kChunk);
+    for (auto& v : x) v = uint16_t(rng());
+    std::vector<uint8_t> want(size_t(stage_bytes(bn)), 0), got(want.size(), 0);
+    for (int e = 0; e < kChunk; ++e) std::memcpy(&want[size_t(stage_offset(bn, n, logical_k(e)))], &x[size_t(e)], 2);
+    for (int w = 0; w < 4; ++w) {
+      uint32_t in[4][4], out[4][4];
+      for (int t = 0; t < 4; ++t) std::memcpy(in[t], &x[size_t(32 * t + 8 * w)], 16);
+      pack_pieces(in, out);
+      for (int j = 0; j < 4; ++j) std::memcpy(&got[size_t(stage_offset(bn, n, 8 * (4 * w + j)))], out[j], 16);
+    }
+    EXPECT_EQ(got, want) << "bn " << bn;
+  }
+}
+
+TEST(Sm90Layout, DescriptorFields) {
+  const uint32_t stage = 3 * 1024 + 65536;
+  for (int bn : {64, 128})
+    for (int s = 0; s < 8; ++s) {
+      const uint64_t d = b_descriptor(stage, bn, s);
+      EXPECT_EQ((d & 0x3FFF) << 4, stage + uint32_t((s / 4) * bn * 128 + (s % 4) * 32));
+      EXPECT_EQ((d >> 16) & 0x3FFF, 1u);          // leading byte offset (unused when swizzled)
+      EXPECT_EQ(((d >> 32) & 0x3FFF) << 4, 1024u);  // stride byte offset: 8 rows x 128 bytes
+      EXPECT_EQ((d >> 49) & 7, 0u);               // base offset
+      EXPECT_EQ(d >> 62, 1u);                     // 128-byte swizzle
+      EXPECT_EQ((d >> 14) & 3, 0u);
+      EXPECT_EQ((d >> 30) & 3, 0u);
+      EXPECT_EQ((d >> 46) & 7, 0u);
+      EXPECT_EQ((d >> 52) & 0x3FF, 0u);
+    }
+}
+
+TEST(Sm90Layout, AccumulatorFragment) {
+  // f32 D of m64nNk16 (PTX ISA): thread T = 32w + 4g + t, value v holds row
+  // 16w + g + 8 ((v / 2) % 2), column 2t + v % 2 + 8 (v / 4).
+  for (int g = 0; g < 8; ++g)
+    for (int t = 0; t < 4; ++t)
+      for (int v = 0; v < 64; ++v) {
+        EXPECT_EQ(acc_m(g, v), g + 8 * ((v / 2) % 2));
+        EXPECT_EQ(acc_n(t, v), 2 * t + v % 2 + 8 * (v / 4));
+      }
+  // Rows of the tile: each consumer warpgroup's 4 warps x 16 rows cover the
+  // 128 rows once, and a thread's two rows are a pair (2i, 2i + 1).
+  std::set<int> rows;
+  for (int q = 0; q < kConsumerWarpgroups; ++q)
+    for (int w = 0; w < 4; ++w)
+      for (int m = 0; m < 16; ++m) {
+        rows.insert(tile_row(q, w, m));
+        if (m < 8) {
+          EXPECT_EQ(tile_row(q, w, m) % 2, 0);
+          EXPECT_EQ(tile_row(q, w, m + 8), tile_row(q, w, m) + 1);
+        }
+      }
+  EXPECT_EQ(rows.size(), size_t(kTileRows));
+  EXPECT_EQ(*rows.rbegin(), kTileRows - 1);
+}
+
+TEST(Sm90Layout, SharedMemoryCarveUp) {
+  for (int bn : {64, 128})
+    for (int kp : {256, 2944, 8192})
+      for (int stages = 2; stages <= 8; ++stages) {
+        const SmemLayout l = smem_layout(bn, kp, stages);
+        EXPECT_EQ(l.act % 1024, 0);
+        EXPECT_EQ(l.codes % 1024, 0);  // every stage 1024-aligned: the swizzle atom
+        EXPECT_EQ(stage_bytes(bn) % 1024, 0);
+        EXPECT_EQ(l.scales % 128, 0);
+        EXPECT_GE(l.scale_stride, kTileRows * kp / 32);
+        EXPECT_EQ(l.scale_stride % 16, 0);  // bulk copy destinations
+        EXPECT_EQ(l.bars % 8, 0);
+        EXPECT_EQ(l.bars, l.scales + 2 * l.scale_stride);
+        EXPECT_EQ(l.bytes, 1024 + l.bars + (2 * stages + 4) * 8);
+      }
+}
+
+// ---- One tile through the emulated wgmma data path -----------------------------
+
+uint32_t rotr(uint32_t v, int n) { return n == 0 ? v : (v >> n) | (v << (32 - n)); }
+
+// Pair i of a stored code word, rotate-and-mask (as e2m1_pair_bits), as two
+// values: the bf16 patterns carry the E2M1 value times 2^-126.
+void extract_pair(uint32_t w, int i, double* lo, double* hi) {
+  uint32_t p;
+  switch (i) {
+    case 0: p = w & 0x81C081C0u; break;
+    case 1: p = rotr(w, 4) & 0x81C081C0u; break;
+    case 2: p = rotr(w, 10) & 0x81C081C0u; break;
+    default: p = (rotr(w, 6) & 0x81808180u) | (rotr(w, 14) & 0x00400040u); break;
+  }
+  auto value = [](uint32_t bits16) {
+    const uint32_t f = bits16 << 16;
+    float v;
+    std::memcpy(&v, &f, 4);
+    return std::ldexp(double(v), 126);
+  };
+  *lo = value(p & 0xFFFF);
+  *hi = value(p >> 16);
+}
+
+double bf16_value(uint16_t b) { return double(bf16_to_float(b)); }
+
+struct TileCase {
+  int bn;
+  int64_t kp;
+  int row_tile;  // which 128-row tile of a 256-row weight matrix
+};
+
+void PrintTo(const TileCase& c, std::ostream* os) {
+  *os << "token tile " << c.bn << ", K " << c.kp << ", row tile " << c.row_tile;
+}
+
+class Sm90DataPath : public ::testing::TestWithParam<TileCase> {};
+
+TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
+  const auto [bn, kp, rt] = GetParam();
+  const int64_t rows = 2 * kTileRows, row_bytes = kp / 2, nc = kp / kChunk;
+  std::mt19937 rng(uint32_t(1000 + bn + kp + rt));
+  // Weights: random codes, scales 2^-2 .. 2^2; x: small integers in bf16. All
+  // products and sums are exact in double, so the comparison is exact.
+  std::vector<uint8_t> codes(size_t(rows * row_bytes)), scales(size_t(rows * kp / 32));
+  for (auto& c : codes) c = uint8_t(rng());
+  for (auto& s : scales) s = uint8_t(125 + rng() % 5);
+  std::vector<uint8_t> uploaded(codes.size());
+  ASSERT_TRUE(swizzle_codes(WeightSwizzle::kMmaRowGroups16, codes.data(), rows, kp, uploaded.data()).ok());
+  const int tile = 1;  // token tile index in the packed tensor
+  std::vector<float> x(size_t(bn * kp));
+  for (auto& v : x) v = float(int(rng() % 17) - 8);
+  std::vector<uint8_t> packed(size_t(2 * nc * stage_bytes(bn)));
+  for (int n = 0; n < bn; ++n)
+    for (int64_t e = 0; e < kp; ++e) {
+      const uint16_t b = float_to_bf16(x[size_t(n * kp + e)]);
+      std::memcpy(&packed[size_t(packed_offset(bn, kp, tile, n, e))], &b, 2);
+    }
+
+  // D[tile row][n] as the kernel computes it.
+  std::vector<double> d(size_t(kTileRows * bn), 0.0);
+  const int64_t row0 = int64_t(rt) * kTileRows;
+  const uint32_t stage_addr = 7 * 1024;  // where the producer put the stage (1024-aligned)
+  for (int64_t c = 0; c < nc; ++c) {
+    // Producer: 8 row groups' 1 KB chunks -> code stage; the tile's scale rows;
+    // the packed stage (tile, c).
+    std::vector<uint8_t> code_stage(kCodeStageBytes);
+    for (int G = 0; G < 8; ++G)
+      std::memcpy(&code_stage[size_t(G * kGroupChunkBytes)],
+                  &uploaded[size_t((row0 + kGroupRows * G) * row_bytes + c * kGroupChunkBytes)], kGroupChunkBytes);
+    const uint8_t* scale_tile = &scales[size_t(row0 * (kp / 32))];
+    const uint8_t* stage = &packed[size_t((tile * nc + c) * stage_bytes(bn))];
+    for (int q = 0; q < kConsumerWarpgroups; ++q)
+      for (int w = 0; w < 4; ++w) {
+        const int G = 4 * q + w;
+        // A: 16 rows x 128 operand k of this warp, from its 32 lanes' registers.
+        std::vector<double> a(16 * kChunk, std::nan(""));
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, t = lane % 4;
+          uint32_t words[2][4];
+          std::memcpy(words[0], &code_stage[size_t(G * kGroupChunkBytes + lane * 16)], 16);
+          std::memcpy(words[1], &code_stage[size_t(G * kGroupChunkBytes + 512 + lane * 16)], 16);
+          const uint8_t* srow = scale_tile + (kGroupRows * G + 2 * g) * (kp / 32) + t;  // as the kernel indexes
+          const double sc[2] = {std::ldexp(1.0, int(srow[4 * c]) - 127), std::ldexp(1.0, int(srow[kp / 32 + 4 * c]) - 127)};
+          for (int s = 0; s < 8; ++s)
+            for (int reg = 0; reg < 4; ++reg) {
+              const int second = a_second_row(reg) ? 1 : 0;
+              double lo, hi;
+              extract_pair(words[second][a_word(s)], a_pair(s, reg), &lo, &hi);
+              // PTX A fragment: a0/a1 at k 2t, 2t+1; a2/a3 at k 2t+8, 2t+9; a1/a3 row g+8.
+              const int m = g + 8 * (reg & 1), k = 16 * s + 2 * t + 8 * (reg >> 1);
+              a[size_t(m * kChunk + k)] = lo * sc[second];
+              a[size_t(m * kChunk + k + 1)] = hi * sc[second];
+            }
+        }
+        for (double v : a) ASSERT_FALSE(std::isnan(v)) << "an A element no thread holds";
+        // B through the descriptor: K-major, 128-byte swizzle (address bits
+        // 4-6 XOR bits 7-9), rows n at (n / 8) * SBO + (n % 8) * 128.
+        for (int s = 0; s < 8; ++s) {
+          const uint64_t desc = b_descriptor(stage_addr, bn, s);
+          const uint32_t start = uint32_t(desc & 0x3FFF) << 4, sbo = uint32_t((desc >> 32) & 0x3FFF) << 4;
+          ASSERT_EQ(desc >> 62, 1u);
+          for (int n = 0; n < bn; ++n)
+            for (int kk = 0; kk < 16; ++kk) {
+              const uint32_t addr = start + (n / 8) * sbo + (n % 8) * 128 + kk * 2;
+              const uint32_t phys = addr ^ (((addr >> 7) & 7) << 4);
+              uint16_t bits;
+              std::memcpy(&bits, stage + (phys - stage_addr), 2);
+              const double bv = bf16_value(bits);
+              for (int m = 0; m < 16; ++m)
+                d[size_t(tile_row(q, w, m) * bn + n)] += a[size_t(m * kChunk + 16 * s + kk)] * bv;
+            }
+        }
+      }
+  }
+  // The dense product on the original bytes.
+  for (int r = 0; r < kTileRows; ++r)
+    for (int n = 0; n < bn; ++n) {
+      double ref = 0;
+      for (int64_t e = 0; e < kp; ++e) {
+        const int64_t row = row0 + r;
+        const double wv = double(e2m1_to_float(e2m1_code_at(&codes[size_t(row * row_bytes)], e))) *
+                          std::ldexp(1.0, int(scales[size_t(row * (kp / 32) + e / 32)]) - 127);
+        ref += wv * double(x[size_t(n * kp + e)]);
+      }
+      ASSERT_EQ(d[size_t(r * bn + n)], ref) << "row " << r << " token " << n;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, Sm90DataPath,
+                         ::testing::Values(TileCase{64, 128, 0}, TileCase{64, 384, 1}, TileCase{128, 256, 1},
+                                           TileCase{128, 384, 0}));
+
+}  // namespace
+}  // namespace mxmoe::sm90
