@@ -1,0 +1,272 @@
+// The sm90 CUDA backend (wgmma) against the CPU reference on the same MXFP4
+// bytes. Every case runs with poisoned margins around each prepared tensor and
+// a poisoned workspace (see DeviceBackendOptions), and prints its seeds. Most
+// cases force the wgmma path (the heuristics would send small T to the
+// portable decode kernels) and name the token tile, so both GEMM instances
+// see every edge: tiles that are mostly padding, one expert holding every
+// token, experts with none. Skips, saying why, without an SM90 GPU or without
+// sm_90a code in the build. MXMOE_TEST_QUICK=1 keeps a reduced sweep (for
+// racecheck/synccheck runs).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#ifdef MXMOE_WITH_SM90
+#include <cuda_runtime.h>
+
+#include "cuda/sm90/sm90_backend.h"
+#endif
+#include "mxmoe/backend.h"
+#include "mxmoe/reference.h"
+#include "support/test_support.h"
+
+#ifndef MXMOE_WITH_SM90
+TEST(Sm90Gpu, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has no sm_90a code (CUDA off or 90a not targeted)"; }
+#else
+namespace mxmoe {
+namespace {
+
+using testing::l2_norm;
+using testing::random_floats;
+using testing::rel_l2;
+using testing::round_to_bf16;
+
+constexpr int64_t kPoison = 4096;
+
+bool quick() {
+  const char* q = std::getenv("MXMOE_TEST_QUICK");
+  return q && *q && std::string(q) != "0";
+}
+
+// Why the sm90 tests cannot run here, or "" when they can.
+std::string sm90_unavailable() {
+  std::string why;
+  if (!testing::gpu_available(&why)) return why;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return "cannot query the device";
+  if (major != 9 || minor != 0) return "device is SM" + std::to_string(major * 10 + minor) + ", not SM90";
+  return "";
+}
+
+enum class RouteMode { kRouter, kRandom, kOneExpert, kFewExperts };
+const char* mode_name(RouteMode m) {
+  switch (m) {
+    case RouteMode::kRouter: return "router";
+    case RouteMode::kRandom: return "random";
+    case RouteMode::kOneExpert: return "one-expert";
+    case RouteMode::kFewExperts: return "few-experts";
+  }
+  return "?";
+}
+
+Routing make_routing(RouteMode mode, int64_t T, const MoeShape& s, uint64_t seed) {
+  Routing r = make_random_routing(T, s.experts, s.topk, seed);
+  if (mode == RouteMode::kOneExpert) {
+    // Every token sends slot 0 to the last expert (the other slots stay distinct).
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < s.topk; ++k) r.ids[size_t(t * s.topk + k)] = int32_t(k == 0 ? s.experts - 1 : k - 1);
+  } else if (mode == RouteMode::kFewExperts) {
+    // Only experts 0..k-1 and the last one receive tokens; the rest stay empty.
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<bool> seen(size_t(s.experts), false);
+      for (int64_t k = 0; k < s.topk; ++k) {
+        int32_t id = int32_t((t + k) % s.topk == 0 && s.topk < s.experts ? s.experts - 1 : (t + k) % s.topk);
+        while (seen[size_t(id)]) id = (id + 1) % int32_t(s.experts);
+        seen[size_t(id)] = true;
+        r.ids[size_t(t * s.topk + k)] = id;
+      }
+    }
+  }
+  return r;
+}
+
+struct Case {
+  MoeShape shape;
+  int64_t tokens;
+  RouteMode mode;
+  uint64_t seed;
+  sm90::Overrides overrides;  // {2, 64}: wgmma with 64-token tiles; {} the heuristics
+};
+
+std::string describe(const Case& c) {
+  return "E=" + std::to_string(c.shape.experts) + " H=" + std::to_string(c.shape.hidden) +
+         " I=" + std::to_string(c.shape.intermediate) + " k=" + std::to_string(c.shape.topk) +
+         " T=" + std::to_string(c.tokens) + " routing=" + mode_name(c.mode) + " path=" +
+         std::to_string(c.overrides.path) + " tile=" + std::to_string(c.overrides.token_tile) +
+         " seeds: weights " + std::to_string(c.seed) + ", x " + std::to_string(c.seed + 1) + ", routing " +
+         std::to_string(c.seed + 2);
+}
+
+std::unique_ptr<Backend> make_backend(const MoeWeights& w, const sm90::Overrides& o) {
+  Sm90Options opt;
+  opt.device.poison_margin_bytes = kPoison;
+  opt.overrides = o;
+  std::unique_ptr<Backend> be;
+  const Status st = create_sm90_backend(w.view(), opt, &be);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return be;
+}
+
+// Runs one case against the fp64 reference; returns the GPU output.
+std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) {
+  SCOPED_TRACE(describe(c));
+  std::cout << "case: " << describe(c) << "\n";
+  MoeWeights local;
+  if (!given) local = make_random_weights(c.shape, c.seed);
+  const MoeWeights& w = given ? *given : local;
+  const std::vector<float> x = round_to_bf16(random_floats(size_t(c.tokens * c.shape.hidden), c.seed + 1));
+  const std::unique_ptr<Backend> be = make_backend(w, c.overrides);
+  if (!be) return {};
+  EXPECT_EQ(be->kind(), BackendKind::kSm90);
+  std::vector<float> y(x.size()), ref(x.size());
+  Routing r;
+  RoutingView view;
+  const RoutingView* rv = nullptr;
+  if (c.mode != RouteMode::kRouter) {
+    r = make_routing(c.mode, c.tokens, c.shape, c.seed + 2);
+    view = r.view();
+    rv = &view;
+  }
+  const Status fs = be->forward_host(x.data(), c.tokens, rv, y.data());
+  EXPECT_TRUE(fs.ok()) << fs.message();
+  const Status rs = reference_forward(w.view(), x.data(), c.tokens, rv, ref.data());
+  EXPECT_TRUE(rs.ok()) << rs.message();
+  EXPECT_LE(rel_l2(y, ref), 1e-2);
+  EXPECT_GT(l2_norm(y), 0.0);
+  return y;
+}
+
+constexpr sm90::Overrides kWgmma64{2, 64}, kWgmma128{2, 128}, kHeuristic{};
+
+class Sm90Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = sm90_unavailable();
+    if (!why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+  }
+};
+
+TEST_F(Sm90Gpu, SmallShapeTokenSweep) {
+  // (160, 160) pads to 256: two K chunks of which the second is mostly padding.
+  const int64_t Ts[] = {1, 3, 64, 127, 129, 1000, 4096};
+  int i = 0;
+  for (int64_t T : Ts) {
+    if (quick() && T > 129) continue;
+    for (int64_t k : {1, 4}) {
+      check_case({{8, 160, 160, k}, T, RouteMode::kRandom, uint64_t(100 + i), i % 2 ? kWgmma128 : kWgmma64});
+      ++i;
+    }
+  }
+}
+
+TEST_F(Sm90Gpu, OddShapeExpertsAndTopk) {
+  // (320, 224) pads to (384, 256): K of three and two chunks, padded rows and columns.
+  check_case({{32, 320, 224, 4}, 129, RouteMode::kRandom, 200, kWgmma64});
+  check_case({{128, 320, 224, 1}, 127, RouteMode::kRandom, 201, kWgmma128});
+  check_case({{32, 320, 224, 1}, 3, RouteMode::kRandom, 202, kWgmma128});
+  if (quick()) return;
+  check_case({{128, 320, 224, 4}, 1000, RouteMode::kRandom, 203, kWgmma64});
+  check_case({{8, 320, 224, 4}, 4096, RouteMode::kRandom, 204, kHeuristic});  // 2048 rows per expert: 128
+  check_case({{128, 320, 224, 4}, 4096, RouteMode::kRandom, 205, kWgmma128});
+}
+
+TEST_F(Sm90Gpu, GptOssShapes) {
+  // H = 2880 pads to 2944 (23 chunks: an odd count, so the A register sets
+  // alternate across the tail); I = 736 pads to 768.
+  check_case({{32, 2880, 736, 4}, 64, RouteMode::kRandom, 600, kWgmma64});
+  check_case({{8, 2880, 2880, 4}, 129, RouteMode::kRandom, 601, kWgmma128});
+  if (quick()) return;
+  check_case({{32, 2880, 736, 4}, 1000, RouteMode::kRandom, 602, kHeuristic});   // 125 rows per expert: 64
+  check_case({{32, 2880, 2880, 4}, 1000, RouteMode::kRandom, 603, kHeuristic});
+  check_case({{128, 2880, 736, 1}, 4096, RouteMode::kRandom, 604, kWgmma128});
+  check_case({{128, 2880, 2880, 4}, 3, RouteMode::kRandom, 605, kHeuristic});    // decode path
+  check_case({{8, 2880, 736, 4}, 4096, RouteMode::kRandom, 606, kHeuristic});    // 128-token tiles
+}
+
+TEST_F(Sm90Gpu, AllTokensOnOneExpert) {
+  check_case({{32, 320, 224, 4}, quick() ? 129 : 1000, RouteMode::kOneExpert, 300, kWgmma128});
+  check_case({{8, 160, 160, 1}, quick() ? 64 : 4096, RouteMode::kOneExpert, 301, kWgmma64});
+}
+
+TEST_F(Sm90Gpu, MostExpertsEmpty) {
+  check_case({{128, 160, 160, 4}, 3, RouteMode::kFewExperts, 400, kWgmma64});
+  check_case({{128, 320, 224, 4}, quick() ? 64 : 1000, RouteMode::kFewExperts, 401, kWgmma128});
+}
+
+TEST_F(Sm90Gpu, FusedRouter) {
+  check_case({{8, 160, 160, 4}, 129, RouteMode::kRouter, 500, kWgmma64});
+  check_case({{128, 320, 224, 4}, quick() ? 64 : 1000, RouteMode::kRouter, 501, kWgmma128});
+}
+
+TEST_F(Sm90Gpu, ExtremeScales) {
+  // Scales across the E8M0 range: tiny (s < 8, including 0), the neutral 127
+  // and s > 128 (the two-multiply dequantisation the kernel switches to).
+  const MoeShape s{8, 160, 160, 4};
+  MoeWeights w = make_random_weights(s, 700);
+  const std::vector<uint8_t> pool = {0, 1, 5, 118, 120, 122, 127, 128, 129, 131};
+  for (size_t i = 0; i < w.w13_scales.size(); ++i) w.w13_scales[i] = pool[(i * 7) % pool.size()];
+  for (size_t i = 0; i < w.w2_scales.size(); ++i) w.w2_scales[i] = uint8_t(118 + (i * 5) % 14);
+  check_case({s, 64, RouteMode::kRandom, 700, kWgmma64}, &w);
+  check_case({s, 129, RouteMode::kRandom, 701, kWgmma128}, &w);
+}
+
+TEST_F(Sm90Gpu, DecodePath) {
+  check_case({{32, 320, 224, 4}, 1, RouteMode::kRandom, 750, kHeuristic});
+  check_case({{32, 320, 224, 4}, 1000, RouteMode::kRandom, 751, sm90::Overrides{1, 0}});
+}
+
+TEST_F(Sm90Gpu, BitwiseReproducible) {
+  const MoeShape s{32, 320, 224, 4};
+  const MoeWeights w = make_random_weights(s, 800);
+  for (const sm90::Overrides& o : {kWgmma64, kWgmma128}) {
+    const int64_t T = quick() ? 129 : 1000;
+    const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
+    const std::unique_ptr<Backend> be = make_backend(w, o);
+    ASSERT_TRUE(be);
+    std::vector<float> y1(x.size()), y2(x.size());
+    ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y1.data()).ok());
+    ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y2.data()).ok());
+    EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << "tile " << o.token_tile;
+  }
+}
+
+TEST_F(Sm90Gpu, CreateBackendAndTiming) {
+  const MoeShape s{8, 160, 160, 2};
+  const MoeWeights w = make_random_weights(s, 900);
+  std::unique_ptr<Backend> be;
+  const Status st = create_backend(BackendKind::kSm90, w.view(), &be);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(be->kind(), BackendKind::kSm90);
+  for (int64_t T : {int64_t(16), int64_t(1024)}) {  // decode path, then wgmma (256 rows per expert)
+    ForwardTiming t;
+    const Status ts = be->time_forward(T, 2, 5, 1, &t);
+    ASSERT_TRUE(ts.ok()) << ts.message();
+    EXPECT_GT(t.median_us, 0.0);
+    EXPECT_LE(t.min_us, t.median_us);
+  }
+}
+
+TEST_F(Sm90Gpu, RejectsBadRouting) {
+  const MoeShape s{8, 160, 160, 2};
+  const MoeWeights w = make_random_weights(s, 901);
+  const std::unique_ptr<Backend> be = make_backend(w, kWgmma64);
+  ASSERT_TRUE(be);
+  std::vector<float> x(160), y(160);
+  Routing r = make_random_routing(1, 8, 2, 3);
+  r.ids[0] = 8;  // out of range
+  const RoutingView v = r.view();
+  EXPECT_FALSE(be->forward_host(x.data(), 1, &v, y.data()).ok());
+}
+
+}  // namespace
+}  // namespace mxmoe
+#endif  // MXMOE_WITH_SM90
