@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One device call: build (sm_90a only), GPU tests, compute-sanitizer, SASS and
-# resource checks, benchmark. Logs go to $OUT: summary.txt, logs.txt (build,
+# One device call: build (sm_90a only), GPU tests (portable and sm90),
+# compute-sanitizer, SASS and resource checks of both GEMMs, benchmark. Logs go to $OUT: summary.txt, logs.txt (build,
 # tests, sanitizer), sass.txt, bench.{txt,json,png}; two of the 8 files a
 # device call returns are left for extra measurements.
 # Usage (repository root): bash scripts/gpu-check.sh
 # Env: BUILD_DIR (default /tmp/build), SKIP_SANITIZER=1, SKIP_BENCH=1,
-#      BENCH_BACKEND (default portable), BENCH_ARGS (extra `mxmoe bench` flags),
+#      BENCH_BACKEND (default portable; sm90 times the wgmma backend, whose
+#      configuration per T `mxmoe info` prints), BENCH_ARGS (extra `mxmoe bench` flags),
 #      OUT (default /tmp/gpu-check-out).
 source scripts/device-env.sh
 set -u -o pipefail
@@ -42,8 +43,25 @@ if [ $rc -ne 0 ]; then tail -40 "$OUT/logs.txt"; exit 1; fi
   done
   echo "== SASS of the decode GEMM1 instance"
   awk '/Function : .*gemmILi1ELb1E/{p=1} p&&/Function : /&&!/gemmILi1ELb1E/{p=0} p' /tmp/gemm.sass
+  echo "== ptxas -v of the sm90 (wgmma) GEMM instances"
+  nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v --expt-relaxed-constexpr -Iinclude -Isrc \
+    -c src/cuda/sm90/sm90_mxfp4_gemm.cu -o /tmp/sm90_gemm.o 2>&1 | grep -E "Compiling|registers|spill|warn"
+  cuobjdump --dump-sass /tmp/sm90_gemm.o > /tmp/sm90_gemm.sass 2>&1
+  echo "== SASS instruction counts (sm90 GEMM)"
+  for op in HGMMA WARPGROUP.ARRIVE WARPGROUP.DEPBAR UBLKCP SYNCS LDS HMUL2 STG LDL STL; do
+    echo "$op: $(grep -cE "\b$op" /tmp/sm90_gemm.sass)"
+  done
+  echo "== SASS of the sm90 128-token GEMM1 instance"
+  awk '/Function : .*gemmILi128ELb1E/{p=1} p&&/Function : /&&!/gemmILi128ELb1E/{p=0} p' /tmp/sm90_gemm.sass
 } > "$OUT/sass.txt" 2>&1
 say "HMMA in SASS: $(grep -c HMMA /tmp/gemm.sass)  local-memory ops (LDL/STL): $(grep -cE '\b(LDL|STL)' /tmp/gemm.sass)"
+# The sm90 GEMM must run on wgmma (HGMMA; an HMMA-only SASS is the slow path)
+# and keep every register array in registers.
+sm90_hgmma=$(grep -c HGMMA /tmp/sm90_gemm.sass)
+sm90_local=$(grep -cE '\b(LDL|STL)' /tmp/sm90_gemm.sass)
+sm90_sass=ok
+if [ "$sm90_hgmma" -eq 0 ] || [ "$sm90_local" -ne 0 ]; then sm90_sass=FAIL; fi
+say "sm90 GEMM SASS: HGMMA $sm90_hgmma, local-memory ops (LDL/STL) $sm90_local: $sm90_sass"
 
 t0=$(date +%s)
 ctest --test-dir "$B" -L gpu --output-on-failure > /tmp/ctest.log 2>&1
@@ -52,6 +70,17 @@ cat /tmp/ctest.log >> "$OUT/logs.txt"
 say "ctest -L gpu: rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+  t0=$(date +%s)
+  MXMOE_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/tests/sm90_test" \
+    > /tmp/sanitizer-sm90.log 2>&1
+  say "memcheck (sm90, quick): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY' /tmp/sanitizer-sm90.log | tail -1)"
+  for tool in racecheck synccheck; do
+    t0=$(date +%s)
+    MXMOE_TEST_QUICK=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$B/tests/sm90_test" \
+      --gtest_filter='*SmallShape*:*GptOss*' >> /tmp/sanitizer-sm90.log 2>&1
+    say "$tool (sm90, quick): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitizer-sm90.log | tail -1)"
+  done
+  cat /tmp/sanitizer-sm90.log >> "$OUT/logs.txt"
   T=$B/tests/portable_test
   t0=$(date +%s)
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$T" > /tmp/sanitizer.log 2>&1

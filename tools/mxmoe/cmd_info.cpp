@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "cuda/sm90/heuristics.h"
 #include "model_presets.h"
 #include "mxmoe/checkpoint.h"
 #include "mxmoe/device.h"
 #include "mxmoe/dispatch.h"
+#include "mxmoe/prepare.h"
 
 namespace mxmoe::cli {
 namespace {
@@ -46,6 +48,13 @@ int run(const InfoOptions& o) {
   fmt::print("\n{}", describe_backends(dispatch_input_for_this_process("auto", shape)));
   fmt::print("\npreparation for the {} (E={} H={} I={} top-{}):\n{}", shape_source, shape.experts, shape.hidden,
              shape.intermediate, shape.topk, describe_preparation(shape));
+  // What the sm90 backend would run at each token count of the bench sweep.
+  const PreparePlan sm90_plan = make_plan(BackendKind::kSm90, shape);
+  fmt::print("\nsm90 configuration per token count (heuristics, not yet tuned on a GPU):\n");
+  for (int64_t T : {1, 4, 16, 64, 256, 1024, 4096, 16384})
+    fmt::print("  T = {:>5}: {}\n", T,
+               sm90::describe(sm90::choose_config(T, shape.topk, shape.experts, sm90_plan.hidden_padded,
+                                                  sm90_plan.intermediate_padded)));
   return 0;
 }
 
