@@ -15,7 +15,7 @@
 // row of w2 has zero weights and zero bias, so its output is 0; backends write
 // outputs only for the real H.
 //
-// Prepared layout (what the portable CUDA backend reads; keep stable):
+// Prepared layout (what the portable and sm90 CUDA backends read; keep stable):
 //   w13 codes  [E, 2*Ip, Hp/2]   scales [E, 2*Ip, Hp/32]   b13 [E, 2*Ip]
 //   w2  codes  [E, Hp,   Ip/2]   scales [E, Hp,   Ip/32]   b2  [E, Hp]
 // followed, in each weight tensor, by `prefetch_rows` neutral rows (see
@@ -56,7 +56,8 @@ TileOverreach backend_overreach(BackendKind kind);
 // permutes bytes within each group of 16 rows, so extents do not change.
 enum class WeightSwizzle {
   kNone,
-  // mma.m16n8k16 fragment order (portable backend). In each group of 16 rows
+  // mma.m16n8k16 fragment order (portable and sm90 backends; a warp's wgmma
+  // A fragment is the same). In each group of 16 rows
   // (row i = 2g + r: lane group g holds rows 2g and 2g+1) and each 128-wide K
   // chunk c (64 bytes of a row; lane t of a group owns bytes [16t, 16t+16),
   // one MX block), the 1 KB of the group's chunk is stored as
