@@ -66,6 +66,10 @@ struct GemmParams {
 };
 
 
+// m16 subtiles (16 weight rows each) per warp. Lane group g holds weight rows
+// 16m + 2g and 16m + 2g + 1 of subtile m, so a gate/up pair never crosses lanes.
+inline constexpr int kSubtiles = 2;
+
 namespace detail {
 
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {
@@ -108,10 +112,10 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 // One K chunk: NW code words (8 elements each) per weight row per lane;
 // NW = 4 for a 128-wide chunk, 2 for the 64-wide tail. kTwoStep: some scale of
 // the warp's chunk is above 128 (two multiplies per pair).
-template <int KM, int NT, int NW, bool kTwoStep>
-__device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], const ScaleFactor (&f)[KM][2],
+template <int NT, int NW, bool kTwoStep>
+__device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[kSubtiles][2][4], const ScaleFactor (&f)[kSubtiles][2],
                                                  const uint16_t* const (&arow)[NT], int act_col,
-                                                 bool act_ok, float (&acc)[KM][NT][4]) {
+                                                 bool act_ok, float (&acc)[kSubtiles][NT][4]) {
   // Pair idx = 4w + i of row (m, r): bf16 pair (n_i, n_{i+4}) of code word w.
   auto deq = [&](int m, int r, int idx) {
     uint32_t v = bf16x2_mul(e2m1_pair_bits(q[m][r][idx >> 2], idx & 3), f[m][r].f1);
@@ -122,10 +126,10 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], 
   // chunk once. With one subtile (decode) each pair is used once: dequantise it
   // right before its mma, which keeps 64 registers free for loads in flight.
   constexpr bool kHoist = NT > 1;
-  uint32_t A[KM][2][kHoist ? 4 * NW : 1];
+  uint32_t A[kSubtiles][2][kHoist ? 4 * NW : 1];
   if constexpr (kHoist) {
 #pragma unroll
-    for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -152,7 +156,7 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], 
       const uint32_t b1 = prmt(X[4 * w + h], X[4 * w + h + 2], 0x7632);  // (x_{2h+1}, x_{2h+5})
       const int p = 4 * w + 2 * h;
 #pragma unroll
-      for (int m = 0; m < KM; ++m) {
+      for (int m = 0; m < kSubtiles; ++m) {
         if constexpr (kHoist)
           mma_bf16(acc[m][j], A[m][0][p], A[m][1][p], A[m][0][p + 1], A[m][1][p + 1], b0, b1);
         else
@@ -165,26 +169,26 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[KM][2][4], 
 // The warp-uniform choice of the one-multiply path (every scale of the warp's
 // chunk below 128: no bit 7 in the OR of the lane's four bytes) or the
 // two-multiply path, so the dequantisation has no per-pair branch to stall on.
-template <int KM, int NT, int NW>
-__device__ __forceinline__ void chunk_mma(const uint32_t (&q)[KM][2][4], const uint32_t (&s)[KM][2],
+template <int NT, int NW>
+__device__ __forceinline__ void chunk_mma(const uint32_t (&q)[kSubtiles][2][4], const uint32_t (&s)[kSubtiles][2],
                                           const uint16_t* const (&arow)[NT], int act_col,
-                                          bool act_ok, float (&acc)[KM][NT][4]) {
+                                          bool act_ok, float (&acc)[kSubtiles][NT][4]) {
   uint32_t any = 0;
 #pragma unroll
-  for (int m = 0; m < KM; ++m) any |= s[m][0] | s[m][1];
-  ScaleFactor f[KM][2];
+  for (int m = 0; m < kSubtiles; ++m) any |= s[m][0] | s[m][1];
+  ScaleFactor f[kSubtiles][2];
   if (__any_sync(0xffffffffu, (any & 0x80u) != 0)) {
 #pragma unroll
-    for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) f[m][r] = scale_factor_any(s[m][r]);
-    chunk_mma_scaled<KM, NT, NW, true>(q, f, arow, act_col, act_ok, acc);
+    chunk_mma_scaled<NT, NW, true>(q, f, arow, act_col, act_ok, acc);
   } else {
 #pragma unroll
-    for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) f[m][r] = {scale_factor_small(s[m][r]), 0u};
-    chunk_mma_scaled<KM, NT, NW, false>(q, f, arow, act_col, act_ok, acc);
+    chunk_mma_scaled<NT, NW, false>(q, f, arow, act_col, act_ok, acc);
   }
 }
 
@@ -204,8 +208,7 @@ template <int NT>
 struct GemmConfig {
   static constexpr bool kSplitK = NT == 1;
   static constexpr int kWarps = kSplitK ? 8 : 4;
-  static constexpr int kM = 2;  // m16 subtiles (16 weight rows) per warp
-  static constexpr int kRowsPerBlock = kSplitK ? 16 * kM : 16 * kM * kWarps;
+  static constexpr int kRowsPerBlock = kSplitK ? 16 * kSubtiles : 16 * kSubtiles * kWarps;
   static constexpr int kDepth = 1;  // chunks of codes loaded ahead
   // Decode: 3 x 256 threads per SM (<= 85 registers, no spills): ncu of 2
   // blocks per SM showed 4 warps per scheduler issuing every 6.5 cycles with
@@ -221,8 +224,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   constexpr int kW = Cfg::kWarps;
   // Split-K partial sums: [warp][(m*NT + j)*4 + c][lane], lanes contiguous so
   // the reduction reads are free of bank conflicts.
-  constexpr int KM = Cfg::kM;
-  __shared__ float red[Cfg::kSplitK ? kW : 1][KM * NT * 4][32];
+  __shared__ float red[Cfg::kSplitK ? kW : 1][kSubtiles * NT * 4][32];
 
   const int ti = blockIdx.x;
   smxx::wait_for_previous_kernels();  // the tile schedule and activations come from earlier kernels
@@ -234,16 +236,16 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   const int row0 = p.tile_row[ti];
   if (ti >= n_tiles) return;  // the grid is sized from an upper bound
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 16 * KM * warp);
+  const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 16 * kSubtiles * warp);
   if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
 
   // Row (m, r) of this lane is nb + 16m + 2g + r. Codes are in fragment order
   // (WeightSwizzle::kMmaRowGroups16): rows nb + 16m .. +15 are one group whose
   // chunk c is the 1 KB at 1024c, laid out [r][lane][16 bytes].
-  const uint8_t* group[KM];
-  int soff[KM][2];
+  const uint8_t* group[kSubtiles];
+  int soff[kSubtiles][2];
 #pragma unroll
-  for (int m = 0; m < KM; ++m) {
+  for (int m = 0; m < kSubtiles; ++m) {
     group[m] = p.codes + e * p.code_expert_stride + int64_t(nb + 16 * m) * p.code_row_stride;
     soff[m][0] = int((16 * m) * p.scale_row_stride);
     soff[m][1] = int((16 * m + 1) * p.scale_row_stride);
@@ -259,9 +261,9 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     else arow[j] = p.act_in + int64_t(r) * p.act_in_stride;
   }
 
-  float acc[KM][NT][4];
+  float acc[kSubtiles][NT][4];
 #pragma unroll
-  for (int m = 0; m < KM; ++m)
+  for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -271,9 +273,9 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   const int step = Cfg::kSplitK ? kW : 1;
   // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
   // lane's E8M0 scale of that chunk: one MX block per row.
-  auto load_full = [&](int c, uint32_t (&qq)[KM][2][4], uint32_t (&ss)[KM][2]) {
+  auto load_full = [&](int c, uint32_t (&qq)[kSubtiles][2][4], uint32_t (&ss)[kSubtiles][2]) {
 #pragma unroll
-    for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint4 v = detail::ld_stream16(group[m] + 1024 * c + 512 * r + 16 * lane);
@@ -281,10 +283,10 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         ss[m][r] = sbase[soff[m][r] + c * 4 + t];
       }
   };
-  auto copy = [](uint32_t (&dq)[KM][2][4], uint32_t (&ds)[KM][2], const uint32_t (&sq)[KM][2][4],
-                 const uint32_t (&sss)[KM][2]) {
+  auto copy = [](uint32_t (&dq)[kSubtiles][2][4], uint32_t (&ds)[kSubtiles][2], const uint32_t (&sq)[kSubtiles][2][4],
+                 const uint32_t (&sss)[kSubtiles][2]) {
 #pragma unroll
-    for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         ds[m][r] = sss[m][r];
@@ -292,7 +294,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         for (int w = 0; w < 4; ++w) dq[m][r][w] = sq[m][r][w];
       }
   };
-  uint32_t q[Cfg::kDepth + 1][KM][2][4], s[Cfg::kDepth + 1][KM][2];
+  uint32_t q[Cfg::kDepth + 1][kSubtiles][2][4], s[Cfg::kDepth + 1][kSubtiles][2];
   const int c0 = Cfg::kSplitK ? warp : 0;
 #pragma unroll
   for (int d = 0; d < Cfg::kDepth; ++d)
@@ -301,14 +303,14 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     const int ahead = c + Cfg::kDepth * step;
     if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
     const int col = c * 128 + t * 32;
-    detail::chunk_mma<KM, NT, 4>(q[0], s[0], arow, col, col < p.k_valid, acc);
+    detail::chunk_mma<NT, 4>(q[0], s[0], arow, col, col < p.k_valid, acc);
 #pragma unroll
     for (int d = 0; d < Cfg::kDepth; ++d) copy(q[d], s[d], q[d + 1], s[d + 1]);
   }
   // 64-wide tail (K % 128 == 64): lane t owns 16 elements, half an MX block.
   if ((p.k & 127) != 0 && (!Cfg::kSplitK || warp == nfull % kW)) {
 #pragma unroll
-    for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint2 v = detail::ld_stream8(group[m] + 1024 * nfull + 256 * r + 8 * lane);
@@ -316,7 +318,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
       }
     const int col = nfull * 128 + t * 16;
-    detail::chunk_mma<KM, NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
+    detail::chunk_mma<NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
   }
 
   // Epilogue of fragment (m, j): c0/c1 are weight row nb+16m+2g, c2/c3 the next
@@ -355,13 +357,13 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     // Fixed-order reduction of the kW partial sums; warp w finishes the (m, j)
     // fragments with (m*NT + j) % kW == w.
 #pragma unroll
-    for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int cc = 0; cc < 4; ++cc) red[warp][(m * NT + j) * 4 + cc][lane] = acc[m][j][cc];
     __syncthreads();
-    for (int mj = warp; mj < KM * NT; mj += kW) {
+    for (int mj = warp; mj < kSubtiles * NT; mj += kW) {
       float v[4];
 #pragma unroll
       for (int cc = 0; cc < 4; ++cc) {
@@ -374,7 +376,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     }
   } else {
 #pragma unroll
-    for (int m = 0; m < KM; ++m)
+    for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int j = 0; j < NT; ++j) finish(m, j, acc[m][j]);
   }
