@@ -29,6 +29,7 @@
 #include "cuda/parallel/layer_common.h"
 #include "cuda/parallel/layers.h"
 #include "cuda/parallel/rank_group.h"
+#include "cuda/parallel/ranked_layer.h"
 #include "cuda/parallel/smxx_ep_dispatch.h"
 #include "cuda/portable/portable_backend.h"
 #include "parallel/expert_dispatch.h"
@@ -78,21 +79,9 @@ struct Moved {
   size_t elem_bytes;
 };
 
-class EpLayer final : public ParallelLayer {
+class EpLayer final : public RankedLayer<EpRank> {
  public:
-  EpLayer(const ParallelConfig& config, const MoeWeightsView& w, std::unique_ptr<RankGroup> group)
-      : config_(config), shape_(w.shape), has_router_(w.router_weight && w.router_bias),
-        group_(std::move(group)), ranks_(size_t(config.size)) {}
-
-  ~EpLayer() override {
-    const CurrentDeviceGuard keep;
-    for (int r = 0; r < group_->size(); ++r) {  // free each rank's memory on its device
-      cudaSetDevice(group_->device(r));
-      ranks_[size_t(r)].reset();
-    }
-  }
-
-  const ParallelConfig& config() const override { return config_; }
+  using RankedLayer::RankedLayer;
 
   Status init(const MoeWeightsView& w) {
     const int n = config_.size;
@@ -143,20 +132,6 @@ class EpLayer final : public ParallelLayer {
         PARALLEL_CUDA(cudaMemcpy(y + s.begin * H, k.y.get(), size_t(s.count() * H) * 4, cudaMemcpyDeviceToHost));
       return Status::Ok();
     });
-  }
-
-  Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
-                      ParallelTiming* out) override {
-    if (!out || tokens <= 0 || tokens * shape_.topk >= (int64_t(1) << 30))
-      return Status::InvalidArgument("ep: timing needs positive tokens (tokens * topk below 2^30)");
-    const int sets = std::max(routing_sets, 1);
-    const int batches = std::max(std::max(iterations, 1) / sets, 3);
-    const TimingInputs in = make_timing_inputs(shape_, tokens, sets, seed);
-    std::vector<BatchTimes> times(size_t(batches), BatchTimes{std::vector<double>(size_t(config_.size)),
-                                                              std::vector<double>(size_t(config_.size))});
-    MXMOE_RETURN_IF_ERROR(group_->run([&](int r) { return time_rank(r, tokens, in, &times); }));
-    *out = summarize_batches(times, sets);
-    return Status::Ok();
   }
 
  private:
@@ -271,7 +246,7 @@ class EpLayer final : public ParallelLayer {
 
   // One rank's share of time_forward: per batch, one forward of every routing
   // set back to back, with events around its exchanges.
-  Status time_rank(int r, int64_t tokens, const TimingInputs& in, std::vector<BatchTimes>* times) {
+  Status time_rank(int r, int64_t tokens, const TimingInputs& in, std::vector<BatchTimes>* times) override {
     EpRank& k = *ranks_[size_t(r)];
     const int sets = int(in.sets.size());
     const int64_t H = shape_.hidden, K = shape_.topk;
@@ -317,11 +292,6 @@ class EpLayer final : public ParallelLayer {
     return Status::Ok();
   }
 
-  ParallelConfig config_;
-  MoeShape shape_;
-  bool has_router_;
-  std::unique_ptr<RankGroup> group_;
-  std::vector<std::unique_ptr<EpRank>> ranks_;
 };
 
 }  // namespace
@@ -329,12 +299,7 @@ class EpLayer final : public ParallelLayer {
 Status create_ep_layer(const MoeWeightsView& weights, const ParallelConfig& config,
                        std::unique_ptr<ParallelLayer>* out) {
   MXMOE_RETURN_IF_ERROR(check_portable_limits("ep", weights.shape));
-  std::unique_ptr<RankGroup> group;
-  MXMOE_RETURN_IF_ERROR(RankGroup::create(config.devices, &group));
-  auto layer = std::make_unique<EpLayer>(config, weights, std::move(group));
-  MXMOE_RETURN_IF_ERROR(layer->init(weights));
-  *out = std::move(layer);
-  return Status::Ok();
+  return create_ranked_layer<EpLayer>(weights, config, out);
 }
 
 }  // namespace mxmoe::parallel

@@ -15,6 +15,7 @@
 #include "cuda/parallel/layer_common.h"
 #include "cuda/parallel/layers.h"
 #include "cuda/parallel/rank_group.h"
+#include "cuda/parallel/ranked_layer.h"
 #include "cuda/portable/portable_backend.h"
 #include "parallel/timing_summary.h"
 
@@ -43,21 +44,9 @@ struct GraphSet {
   }
 };
 
-class TpLayer final : public ParallelLayer {
+class TpLayer final : public RankedLayer<TpRank> {
  public:
-  TpLayer(const ParallelConfig& config, const MoeWeightsView& w, std::unique_ptr<RankGroup> group)
-      : config_(config), shape_(w.shape), has_router_(w.router_weight && w.router_bias),
-        group_(std::move(group)), ranks_(size_t(config.size)) {}
-
-  ~TpLayer() override {
-    const CurrentDeviceGuard keep;
-    for (int r = 0; r < group_->size(); ++r) {  // free each rank's memory on its device
-      cudaSetDevice(group_->device(r));
-      ranks_[size_t(r)].reset();
-    }
-  }
-
-  const ParallelConfig& config() const override { return config_; }
+  using RankedLayer::RankedLayer;
 
   // Shards, uploads and makes a stream on every rank, one thread each.
   Status init(const MoeWeightsView& w) {
@@ -92,20 +81,6 @@ class TpLayer final : public ParallelLayer {
       if (r == 0) PARALLEL_CUDA(cudaMemcpy(y, k.y.get(), xb.size() * 4, cudaMemcpyDeviceToHost));
       return Status::Ok();
     });
-  }
-
-  Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
-                      ParallelTiming* out) override {
-    if (!out || tokens <= 0 || tokens * shape_.topk >= (int64_t(1) << 30))
-      return Status::InvalidArgument("tp: timing needs positive tokens (tokens * topk below 2^30)");
-    const int sets = std::max(routing_sets, 1);
-    const int batches = std::max(std::max(iterations, 1) / sets, 3);
-    const TimingInputs in = make_timing_inputs(shape_, tokens, sets, seed);
-    std::vector<BatchTimes> times(size_t(batches), BatchTimes{std::vector<double>(size_t(config_.size)),
-                                                              std::vector<double>(size_t(config_.size))});
-    MXMOE_RETURN_IF_ERROR(group_->run([&](int r) { return time_rank(r, tokens, in, &times); }));
-    *out = summarize_batches(times, sets);
-    return Status::Ok();
   }
 
  private:
@@ -151,7 +126,7 @@ class TpLayer final : public ParallelLayer {
   // One rank's share of time_forward: graphs of the full forward (with the
   // all-reduce) and of the compute alone, per routing set; per batch, every
   // set's full graph back to back, then every set's compute graph.
-  Status time_rank(int r, int64_t tokens, const TimingInputs& in, std::vector<BatchTimes>* times) {
+  Status time_rank(int r, int64_t tokens, const TimingInputs& in, std::vector<BatchTimes>* times) override {
     TpRank& k = *ranks_[size_t(r)];
     const int sets = int(in.sets.size());
     const size_t nr = size_t(tokens * shape_.topk);
@@ -197,11 +172,6 @@ class TpLayer final : public ParallelLayer {
     return Status::Ok();
   }
 
-  ParallelConfig config_;
-  MoeShape shape_;
-  bool has_router_;
-  std::unique_ptr<RankGroup> group_;
-  std::vector<std::unique_ptr<TpRank>> ranks_;
 };
 
 }  // namespace
@@ -209,12 +179,7 @@ class TpLayer final : public ParallelLayer {
 Status create_tp_layer(const MoeWeightsView& weights, const ParallelConfig& config,
                        std::unique_ptr<ParallelLayer>* out) {
   MXMOE_RETURN_IF_ERROR(check_portable_limits("tp", weights.shape));
-  std::unique_ptr<RankGroup> group;
-  MXMOE_RETURN_IF_ERROR(RankGroup::create(config.devices, &group));
-  auto layer = std::make_unique<TpLayer>(config, weights, std::move(group));
-  MXMOE_RETURN_IF_ERROR(layer->init(weights));
-  *out = std::move(layer);
-  return Status::Ok();
+  return create_ranked_layer<TpLayer>(weights, config, out);
 }
 
 }  // namespace mxmoe::parallel
