@@ -19,10 +19,10 @@ const std::vector<std::vector<std::string>> kArchSets = {
 const std::vector<std::optional<int>> kSms = {std::nullopt, 70, 75, 80, 86, 89, 90,
                                               100, 103, 110, 120, 121};
 
-// Expected auto pick per SM, one column per kArchSets entry. sm100/sm120 are
-// not built yet and sm90 is opt-in (auto passes over it until it has run
-// correctly on an SM90 GPU), so the pick is portable where compiled code runs
-// on the device ('a' code only on its own SM), else cpu.
+// Expected auto pick per SM, one column per kArchSets entry: sm90 on SM90 with
+// 90a code; sm100/sm120 are not built yet, so elsewhere the pick is portable
+// where compiled code runs on the device ('a' code only on its own SM), else
+// cpu.
 const std::map<int, std::string> kAutoTable = {
     {0, "cpu cpu cpu cpu cpu"},  // no GPU
     {70, "cpu cpu cpu cpu cpu"},
@@ -30,7 +30,7 @@ const std::map<int, std::string> kAutoTable = {
     {80, "cpu portable cpu portable portable"},
     {86, "cpu portable cpu portable portable"},
     {89, "cpu portable cpu portable portable"},
-    {90, "cpu cpu portable portable portable"},
+    {90, "cpu cpu sm90 sm90 sm90"},
     {100, "cpu cpu cpu cpu portable"},
     {103, "cpu cpu cpu cpu cpu"},  // 100a code does not run on SM103
     {110, "cpu cpu cpu cpu cpu"},
@@ -86,7 +86,8 @@ TEST(Dispatch, EveryCombinationIsCompleteAndMatchesTheTable) {
         if (ov == "auto" || ov.empty()) {
           ASSERT_TRUE(st.ok()) << st.message();
           EXPECT_EQ(backend_name(r.backend), want);
-        } else if (ov == "cpu" || ov == want || (ov == "sm90" && sm == 90 && has_90a(kArchSets[ai]))) {
+        } else if (ov == "cpu" || ov == want ||
+                   ((ov == "sm90" || ov == "portable") && sm == 90 && has_90a(kArchSets[ai]))) {
           ASSERT_TRUE(st.ok()) << st.message();
           EXPECT_EQ(backend_name(r.backend), ov);
           EXPECT_NE(r.reason.find("requested by --backend"), std::string::npos) << r.reason;
@@ -123,9 +124,11 @@ TEST(Dispatch, CodeForOtherArchsDoesNotChangeADevicesPick) {
 TEST(Dispatch, ReasonsAndErrorsReadAsSpecified) {
   DispatchResult r;
   ASSERT_TRUE(choose_backend(input(90, {"80", "90a"}, "auto"), &r).ok());
+  EXPECT_EQ(r.reason, "sm90: sm90 runs on SM90 (code for 90a is compiled in)");
+  ASSERT_TRUE(choose_backend(input(90, {"80"}, "auto"), &r).ok());
   EXPECT_EQ(r.reason,
-            "portable: sm90 is opt-in until validated on its GPU (--backend sm90); portable runs on SM90 (code for "
-            "90a is compiled in)");
+            "cpu: sm90 has no code that runs on SM90: this binary carries code for 80; portable has no code that "
+            "runs on SM90: this binary carries code for 80; the CPU reference runs anywhere");
   ASSERT_TRUE(choose_backend(input(90, {"80", "90a"}, "sm90"), &r).ok());
   EXPECT_EQ(r.reason, "sm90: requested by --backend; sm90 runs on SM90 (code for 90a is compiled in)");
   // Plain 90 code has no wgmma.
@@ -153,19 +156,15 @@ TEST(Dispatch, ReasonsAndErrorsReadAsSpecified) {
   EXPECT_EQ(choose_backend(bad, &r).code(), StatusCode::kInvalidArgument);
 }
 
-TEST(Dispatch, AutoLeavesSm90OptInUntilValidatedOnAGpu) {
-  // sm90 is built and runs when asked for by name; auto keeps the portable
-  // backend on SM90 until the sm90 GPU tests have passed on an SM90 GPU.
+TEST(Dispatch, AutoPicksSm90OnSm90AndPortableWhenForced) {
   EXPECT_TRUE(backend_info(BackendKind::kSm90).built);
-  EXPECT_FALSE(backend_info(BackendKind::kSm90).in_auto);
-  EXPECT_TRUE(backend_info(BackendKind::kPortable).in_auto);
   std::string why;
   EXPECT_TRUE(backend_available(BackendKind::kSm90, input(90, {"90a"}, "auto"), &why)) << why;
   DispatchResult r;
   ASSERT_TRUE(choose_backend(input(90, {"90a"}, "auto"), &r).ok());
-  EXPECT_EQ(r.backend, BackendKind::kPortable);
-  ASSERT_TRUE(choose_backend(input(90, {"90a"}, "sm90"), &r).ok());
   EXPECT_EQ(r.backend, BackendKind::kSm90);
+  ASSERT_TRUE(choose_backend(input(90, {"90a"}, "portable"), &r).ok());
+  EXPECT_EQ(r.backend, BackendKind::kPortable);
 }
 
 TEST(Dispatch, ArchCodeCompatibility) {
@@ -236,7 +235,7 @@ TEST(Dispatch, ThisProcessTakesTheCallerBeforeTheEnvironment) {
 TEST(Dispatch, InfoTablesNameEveryBackendAndThePick) {
   const std::string t = describe_backends(input(90, {"80", "90a"}, "auto"));
   for (BackendKind k : kAllBackends) EXPECT_NE(t.find(std::string("\n") + backend_name(k) + " "), std::string::npos) << t;
-  EXPECT_NE(t.find("pick: portable (portable: sm90 is opt-in until validated on its GPU"), std::string::npos) << t;
+  EXPECT_NE(t.find("pick: sm90 (sm90: sm90 runs on SM90"), std::string::npos) << t;
   EXPECT_NE(t.find("\nsm90      yes"), std::string::npos) << t;
   const std::string forced = describe_backends(input(80, {"80"}, "sm120"));
   EXPECT_NE(forced.find("pick: none: sm120 needs an SM120 or SM121 GPU"), std::string::npos) << forced;

@@ -24,9 +24,9 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
 }
 
 TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
-  EXPECT_EQ(token_tile(1024, 4, 32), 64);    // 128 rows per expert
-  EXPECT_EQ(token_tile(2040, 4, 32), 64);    // 255 rows per expert
-  EXPECT_EQ(token_tile(2048, 4, 32), 128);   // 256
+  EXPECT_EQ(token_tile(1016, 4, 32), 64);    // 127 rows per expert
+  EXPECT_EQ(token_tile(1024, 4, 32), 128);   // 128
+  EXPECT_EQ(token_tile(4096, 4, 128), 128);  // 128
   EXPECT_EQ(token_tile(16384, 4, 32), 128);
   EXPECT_EQ(token_tile(16384, 4, 32, 64), 64);  // override
   EXPECT_EQ(token_tile(1, 4, 32, 128), 128);

@@ -1,11 +1,9 @@
 // Choosing a backend: one pure function of (device SM, CUDA code compiled in,
 // weight format, shape, override) -> (backend, reason) or an error.
 //
-// Auto table (first backend of the device's list that can run and that auto may
-// pick; the reason says why each earlier one was passed over):
-//   SM90            -> sm90, portable, cpu  (sm90 is opt-in for now: auto passes
-//                                           over it until it has run correctly
-//                                           on an SM90 GPU; --backend sm90)
+// Auto table (first backend of the device's list that can run; the reason
+// says why each earlier one was passed over):
+//   SM90            -> sm90, portable, cpu
 //   SM100, SM103    -> sm100, portable, cpu
 //   SM120, SM121    -> sm120, portable, cpu
 //   other SM >= 80  -> portable, cpu          (SM80/86/87/89, SM110, ...)
@@ -57,8 +55,6 @@ struct DispatchResult {
 struct BackendInfo {
   BackendKind kind;
   bool built;                   // an implementation exists in this source tree
-  bool in_auto;                 // `auto` may pick it (a built backend not yet validated
-                                // on its GPU is opt-in: forced by name only)
   ActivationFormat activation;  // what its GEMMs consume
   const char* runs_on;          // human-readable device list, e.g. "SM80+"
 };

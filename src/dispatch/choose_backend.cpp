@@ -7,15 +7,12 @@ namespace mxmoe {
 namespace {
 
 const BackendInfo kInfo[] = {
-    {BackendKind::kCpu, true, true, ActivationFormat::kBf16, "any CPU"},
-    {BackendKind::kPortable, true, true, ActivationFormat::kBf16, "SM80+"},
-    // Built, but not the default until its GPU tests have passed on an SM90
-    // GPU: until then `auto` picks portable there and sm90 runs only when
-    // asked for by name (tests/dispatch_test.cpp holds this).
-    {BackendKind::kSm90, true, false, ActivationFormat::kBf16, "SM90 (code for 90a)"},
+    {BackendKind::kCpu, true, ActivationFormat::kBf16, "any CPU"},
+    {BackendKind::kPortable, true, ActivationFormat::kBf16, "SM80+"},
+    {BackendKind::kSm90, true, ActivationFormat::kBf16, "SM90 (code for 90a)"},
     // Blackwell datacenter parts get MXFP8 activations once the backend exists.
-    {BackendKind::kSm100, false, false, ActivationFormat::kBf16, "SM100/SM103 (code for 100a/103a)"},
-    {BackendKind::kSm120, false, false, ActivationFormat::kBf16, "SM120/SM121 (code for 120a/121a)"},
+    {BackendKind::kSm100, false, ActivationFormat::kBf16, "SM100/SM103 (code for 100a/103a)"},
+    {BackendKind::kSm120, false, ActivationFormat::kBf16, "SM120/SM121 (code for 120a/121a)"},
 };
 
 // Devices a GPU backend supports (independent of the code compiled in).
@@ -147,11 +144,6 @@ Status choose_backend(const DispatchInput& in, DispatchResult* out) {
   std::string skipped;
   for (BackendKind k : preference(in.device_sm)) {
     if (check(k, in, &why, &how)) {
-      if (!backend_info(k).in_auto) {
-        skipped += fmt::format("{} is opt-in until validated on its GPU (--backend {}); ", backend_name(k),
-                               backend_name(k));
-        continue;
-      }
       *out = {k, fmt::format("{}: {}{}", backend_name(k), skipped, how)};
       return Status::Ok();
     }

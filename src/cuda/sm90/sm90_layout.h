@@ -29,7 +29,8 @@ namespace mxmoe::sm90 {
 inline constexpr int kChunk = 128;                // K elements per pipeline stage
 inline constexpr int kTileRows = 128;             // weight rows of a block tile
 inline constexpr int kConsumerWarpgroups = 2;     // each owns 64 rows (one wgmma m64)
-inline constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // + one producer warpgroup
+inline constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+inline constexpr int kThreads = kConsumerThreads + 128;  // + one producer warpgroup
 inline constexpr int kGroupRows = 16;             // rows of one warp (WeightSwizzle::kMmaRowGroups16 group)
 inline constexpr int kGroupChunkBytes = 1024;     // codes of one group's 128-K chunk, contiguous
 inline constexpr int kCodeStageBytes = kTileRows / kGroupRows * kGroupChunkBytes;  // 8 KB

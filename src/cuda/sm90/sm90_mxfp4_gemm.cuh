@@ -23,8 +23,8 @@
 //     most this chunk's group is in flight and release the previous chunk's
 //     stage ("empty"). A registers alternate between two sets so that the
 //     dequantisation of chunk c+1 overlaps the tensor cores on chunk c.
-// Barriers: full[s] (1 arrival + transaction bytes), empty[s] (8 consumer
-// warps), scale_full[2] / scale_empty[2] likewise. Results are deterministic:
+// Barriers: full[s] (1 arrival + transaction bytes), empty[s] (every
+// consumer thread), scale_full[2] / scale_empty[2] likewise. Results are deterministic:
 // no atomics, every sum in a fixed order.
 #pragma once
 
@@ -98,8 +98,9 @@ struct Items {
   int count, row_tiles, chunks;
 };
 
-// Producer: one warp. Lane 0 posts each phase's transaction bytes; lanes 0-7
-// copy the 8 row groups' codes of a chunk and lane 8 the activations.
+// Producer: one warp; its lane 0 posts each phase's transaction bytes and
+// issues the phase's copies (the 8 row groups' codes of a chunk, then the
+// activations).
 template <int BN>
 __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, const Items& it, int lane) {
   constexpr uint32_t kActBytes = stage_bytes(BN);
@@ -122,13 +123,16 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
     const uint8_t* act = p.act_in + int64_t(tt) * it.chunks * kActBytes;
     for (int c = 0; c < it.chunks; ++c) {
       ptx::mbar_wait(sm.empty(s), phase ^ 1);
-      if (lane == 0) ptx::mbar_arrive_expect_tx(sm.full(s), kCodeStageBytes + kActBytes);
-      __syncwarp();
-      if (lane < kTileRows / kGroupRows)
-        ptx::bulk_load(sm.base + sm.l.codes + s * kCodeStageBytes + lane * kGroupChunkBytes,
-                       codes + lane * kGroupRows * code_row + c * kGroupChunkBytes, kGroupChunkBytes, sm.full(s));
-      else if (lane == kTileRows / kGroupRows)
+      // The thread that posts the phase's transaction bytes issues its copies
+      // too: the stage's writes then follow its own acquire of "empty".
+      if (lane == 0) {
+        ptx::mbar_arrive_expect_tx(sm.full(s), kCodeStageBytes + kActBytes);
+#pragma unroll
+        for (int r = 0; r < kTileRows / kGroupRows; ++r)
+          ptx::bulk_load(sm.base + sm.l.codes + s * kCodeStageBytes + r * kGroupChunkBytes,
+                         codes + r * kGroupRows * code_row + c * kGroupChunkBytes, kGroupChunkBytes, sm.full(s));
         ptx::bulk_load(sm.base + sm.l.act + s * kActBytes, act + int64_t(c) * kActBytes, kActBytes, sm.full(s));
+      }
       if (++s == sm.stages) {
         s = 0;
         phase ^= 1;
@@ -228,7 +232,9 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
-      if (prev >= 0 && lane == 0) ptx::mbar_arrive(sm.empty(prev));
+      // Every consumer thread arrives: an arrival releases only its own
+      // thread's reads of the stage to the producer's next bulk copy.
+      if (prev >= 0) ptx::mbar_arrive(sm.empty(prev));
       prev = s;
       if (++s == sm.stages) {
         s = 0;
@@ -244,10 +250,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
     ptx::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-    if (lane == 0) {
-      ptx::mbar_arrive(sm.empty(prev));
-      ptx::mbar_arrive(sm.scale_empty(b));
-    }
+    ptx::mbar_arrive(sm.empty(prev));
+    ptx::mbar_arrive(sm.scale_empty(b));
     finish_item<BN, kSwiglu>(p, acc, tt, rt, e, q, w, g, t);
   }
 }
@@ -267,11 +271,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_mxfp4_moe_gemm(const __grid_
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
       ptx::mbar_init(sm.full(s), 1);
-      ptx::mbar_init(sm.empty(s), 4 * kConsumerWarpgroups);
+      ptx::mbar_init(sm.empty(s), kConsumerThreads);
     }
     for (int b = 0; b < 2; ++b) {
       ptx::mbar_init(sm.scale_full(b), 1);
-      ptx::mbar_init(sm.scale_empty(b), 4 * kConsumerWarpgroups);
+      ptx::mbar_init(sm.scale_empty(b), kConsumerThreads);
     }
     ptx::fence_barrier_init();
   }

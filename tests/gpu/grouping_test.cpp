@@ -1,0 +1,142 @@
+// The expert-grouping kernel (shared by the CUDA backends) against a host
+// stable grouping, bit for bit: the tile schedule, every row of sorted_pair
+// (padding rows -1), pair_row, and rows past the schedule left as they were.
+// Pair counts from 1 to 65536 (gpt-oss T = 16384, k = 4), token tiles 8, 64
+// and 128, uniform ids, one hot expert, and most experts empty.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#ifdef MXMOE_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/common/smxx_moe_kernels.h"
+#endif
+#include "support/test_support.h"
+
+#ifndef MXMOE_WITH_CUDA
+TEST(GroupingGpu, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has no CUDA"; }
+#else
+namespace mxmoe {
+namespace {
+
+constexpr int32_t kUntouched = 0x7E7E7E7E;  // the device buffers' fill byte 0x7E
+
+enum class Ids { kUniform, kOneHot, kFew };
+
+struct Grouping {
+  int32_t num_tiles = 0;
+  std::vector<int32_t> sorted_pair, pair_row, tile_expert, tile_row;
+};
+
+// Pairs of one expert in pair order, each expert padded to a multiple of tile.
+Grouping host_grouping(const std::vector<int32_t>& ids, int E, int tile, int64_t max_tiles) {
+  Grouping g;
+  g.sorted_pair.assign(size_t(max_tiles * tile), kUntouched);
+  g.pair_row.assign(ids.size(), kUntouched);
+  g.tile_expert.assign(size_t(max_tiles), kUntouched);
+  g.tile_row.assign(size_t(max_tiles), kUntouched);
+  int32_t row = 0;
+  for (int e = 0; e < E; ++e) {
+    const int32_t first = row;
+    for (size_t p = 0; p < ids.size(); ++p)
+      if (ids[p] == e) {
+        g.sorted_pair[size_t(row)] = int32_t(p);
+        g.pair_row[p] = row++;
+      }
+    while (row % tile != 0) g.sorted_pair[size_t(row++)] = -1;
+    for (int32_t r = first; r < row; r += tile) {
+      g.tile_expert[size_t(g.num_tiles)] = e;
+      g.tile_row[size_t(g.num_tiles)] = r;
+      ++g.num_tiles;
+    }
+  }
+  return g;
+}
+
+std::vector<int32_t> make_ids(int64_t pairs, int E, Ids mode, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(pairs));
+  uint64_t s = seed;
+  for (auto& id : ids) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const int32_t r = int32_t((s >> 33) % uint64_t(E));
+    switch (mode) {
+      case Ids::kUniform: id = r; break;
+      case Ids::kOneHot: id = (s >> 20) % 8 ? E - 1 : r; break;  // 7 in 8 on the last expert
+      case Ids::kFew: id = r % 3 == 0 ? 0 : E - 1 - r % 2; break;   // experts 0, E-2, E-1
+    }
+  }
+  return ids;
+}
+
+template <typename T>
+struct DeviceBuffer {
+  T* p = nullptr;
+  explicit DeviceBuffer(size_t n, int fill_byte) {
+    EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p, fill_byte, n * sizeof(T)), cudaSuccess);
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  std::vector<T> read(size_t n) const {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+void check(int64_t pairs, int E, int tile, Ids mode, uint64_t seed) {
+  SCOPED_TRACE("pairs " + std::to_string(pairs) + " experts " + std::to_string(E) + " tile " +
+               std::to_string(tile) + " mode " + std::to_string(int(mode)) + " seed " + std::to_string(seed));
+  const std::vector<int32_t> ids = make_ids(pairs, E, mode, seed);
+  // k = 1 and T = pairs: the bound only depends on their product.
+  const int64_t max_tiles = smxx::max_token_tiles(pairs, 1, E, tile);
+  const Grouping want = host_grouping(ids, E, tile, max_tiles);
+  ASSERT_LE(want.num_tiles, max_tiles);
+
+  DeviceBuffer<int32_t> d_ids(ids.size(), 0), sorted(size_t(max_tiles * tile), 0x7E),
+      pair_row(ids.size(), 0x7E), tile_expert(size_t(max_tiles), 0x7E), tile_row(size_t(max_tiles), 0x7E),
+      num_tiles(1, 0x7E);
+  ASSERT_EQ(cudaMemcpy(d_ids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  const Status st = smxx::launch_group_by_expert(d_ids.p, pairs, E, tile, sorted.p, pair_row.p, tile_expert.p,
+                                                 tile_row.p, num_tiles.p, false, nullptr, "test");
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  EXPECT_EQ(num_tiles.read(1)[0], want.num_tiles);
+  // Rows and tiles past the schedule are not written: they keep the fill.
+  EXPECT_EQ(sorted.read(want.sorted_pair.size()), want.sorted_pair);
+  EXPECT_EQ(pair_row.read(ids.size()), want.pair_row);
+  EXPECT_EQ(tile_expert.read(size_t(max_tiles)), want.tile_expert);
+  EXPECT_EQ(tile_row.read(size_t(max_tiles)), want.tile_row);
+}
+
+class GroupingGpu : public ::testing::Test {
+ protected:
+  void SetUp() override { MXMOE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_F(GroupingGpu, FewPairs) {
+  check(1, 32, 8, Ids::kUniform, 1);
+  check(3, 8, 64, Ids::kUniform, 2);
+  check(31, 128, 8, Ids::kUniform, 3);
+  check(33, 128, 64, Ids::kOneHot, 4);
+}
+
+TEST_F(GroupingGpu, ManyPairs) {
+  check(4 * 1024, 32, 64, Ids::kUniform, 10);
+  check(4 * 1025 + 3, 128, 64, Ids::kUniform, 11);  // the last warp's range is partial
+  check(4 * 16384, 32, 128, Ids::kUniform, 12);
+  check(4 * 16384, 128, 64, Ids::kUniform, 13);
+}
+
+TEST_F(GroupingGpu, SkewedExperts) {
+  check(4 * 4096, 128, 128, Ids::kOneHot, 20);
+  check(4 * 4096, 128, 64, Ids::kFew, 21);
+  check(1000, 32, 8, Ids::kFew, 22);
+}
+
+}  // namespace
+}  // namespace mxmoe
+#endif
