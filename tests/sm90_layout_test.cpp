@@ -154,11 +154,16 @@ TEST(Sm90Layout, SharedMemoryCarveUp) {
         EXPECT_EQ(l.act % 1024, 0);
         EXPECT_EQ(l.codes % 1024, 0);  // every stage 1024-aligned: the swizzle atom
         EXPECT_EQ(stage_bytes(bn) % 1024, 0);
-        EXPECT_EQ(l.scales % 128, 0);
-        EXPECT_GE(l.scale_stride, kTileRows * kp / 32);
-        EXPECT_EQ(l.scale_stride % 16, 0);  // bulk copy destinations
+        // Bulk copy destinations (16-byte aligned) that do not overlap.
+        EXPECT_EQ(l.items % 128, 0);
+        EXPECT_EQ(l.item_stride % 128, 0);
+        EXPECT_EQ(l.item_cols % 16, 0);
+        EXPECT_EQ(l.item_bias % 16, 0);
+        EXPECT_GE(l.item_cols, kTileRows * kp / 32);
+        EXPECT_GE(l.item_bias, l.item_cols + 4 * bn);
+        EXPECT_GE(l.item_stride, l.item_bias + 2 * kTileRows);
         EXPECT_EQ(l.bars % 8, 0);
-        EXPECT_EQ(l.bars, l.scales + 2 * l.scale_stride);
+        EXPECT_EQ(l.bars, l.items + 2 * l.item_stride);
         EXPECT_EQ(l.bytes, 1024 + l.bars + (2 * stages + 4) * 8);
       }
 }

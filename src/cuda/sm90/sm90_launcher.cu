@@ -23,10 +23,12 @@ constexpr int kPackThreads = 256;
 // 16-byte loads of x) and writes the operand pieces 4w .. 4w + 3 of the row's
 // stage image (four 16-byte stores; pack_pieces). Rows of padding (sorted
 // pair -1) and columns at or past H (H is a multiple of 32, so a piece is
-// either in or out) are zeros.
+// either in or out) are zeros. The thread of (r, 0, 0) also writes the row's
+// routing weight (0 for padding) for GEMM2's epilogue.
 __global__ void __launch_bounds__(kPackThreads)
 sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int32_t* __restrict__ sorted_pair,
-                      const int32_t* __restrict__ num_tiles, int bn, int k_padded, uint8_t* __restrict__ out) {
+                      const float* __restrict__ route_w, const int32_t* __restrict__ num_tiles, int bn,
+                      int k_padded, uint8_t* __restrict__ out, float* __restrict__ row_weight) {
   smxx::wait_for_previous_kernels();  // the schedule comes from the grouping kernel
   smxx::allow_next_kernel();
   const int chunks = k_padded / kChunk;
@@ -37,6 +39,7 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
     const int c = int(rc % chunks);
     const int64_t r = rc / chunks;
     const int pair = sorted_pair[r];
+    if (rc % chunks == 0 && w == 0) row_weight[r] = pair >= 0 ? route_w[pair] : 0.f;
     uint32_t in[4][4];
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
@@ -61,8 +64,8 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
 
 // Workspace carve-up (every piece 256-byte aligned).
 struct Layout {
-  size_t ids = 0, weights = 0, num_tiles = 0, tile_expert = 0, tile_row = 0, sorted_pair = 0, pair_row = 0,
-         x_packed = 0, act = 0, ypair = 0, total = 0;
+  size_t ids = 0, weights = 0, num_tiles = 0, tile_expert = 0, tile_row = 0, sorted_pair = 0, row_weight = 0,
+         pair_row = 0, x_packed = 0, act = 0, ypair = 0, total = 0;
   int64_t max_tiles = 0, rows = 0;
 };
 
@@ -82,6 +85,7 @@ Layout make_layout(const DeviceWeights& dw, int64_t T, int tile) {
   l.tile_expert = take(size_t(l.max_tiles) * 4);
   l.tile_row = take(size_t(l.max_tiles) * 4);
   l.sorted_pair = take(size_t(l.rows) * 4);
+  l.row_weight = take(size_t(l.rows) * 4);
   l.pair_row = take(size_t(T * k) * 4);
   l.x_packed = take(size_t(l.rows * w.hidden_padded) * 2);
   l.act = take(size_t(l.rows * w.intermediate_padded) * 2);
@@ -110,6 +114,12 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
   if (!a.x || !a.y) return Status::InvalidArgument("sm90: null x or y");
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
     return Status::InvalidArgument("sm90: pass both topk ids and weights, or neither");
+  // The GEMMs bulk-copy codes, scales and bias rows: 16-byte aligned sources.
+  for (const void* ptr : {static_cast<const void*>(w.w13_codes), static_cast<const void*>(w.w13_scales),
+                          static_cast<const void*>(w.b13), static_cast<const void*>(w.w2_codes),
+                          static_cast<const void*>(w.w2_scales), static_cast<const void*>(w.b2)})
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
+      return Status::InvalidArgument("sm90: prepared weight tensors must be 16-byte aligned");
   if (cfg.token_tile != 64 && cfg.token_tile != 128)
     return Status::InvalidArgument(fmt::format("sm90: token tile {} (64 or 128)", cfg.token_tile));
   if (cfg.stages_gemm1 < 2 || cfg.stages_gemm2 < 2 ||
@@ -179,13 +189,14 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
                                                      stream, kWho));
 
   uint8_t* x_packed = static_cast<uint8_t*>(at(l.x_packed));
+  float* row_weight = static_cast<float*>(at(l.row_weight));
   {
     const int64_t units = l.rows * (Hp / kChunk) * 4;
     const int blocks = int(std::min<int64_t>((units + kPackThreads - 1) / kPackThreads, int64_t(sms) * 16));
     MXMOE_RETURN_IF_ERROR(cuda_status(
         smxx::launch_kernel(sm90_pack_activations, dim3(unsigned(blocks)), dim3(kPackThreads), 0, stream, overlap,
-                            a.x, int(H), int(k), static_cast<const int32_t*>(sorted_pair),
-                            static_cast<const int32_t*>(num_tiles), tile, int(Hp), x_packed),
+                            a.x, int(H), int(k), static_cast<const int32_t*>(sorted_pair), rweights,
+                            static_cast<const int32_t*>(num_tiles), tile, int(Hp), x_packed, row_weight),
         "pack launch"));
   }
 
@@ -200,7 +211,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g1.large_scales = dw.w13_large_scales;
   g1.stages = cfg.stages_gemm1;
   g1.act_in = x_packed;
-  g1.sorted_pair = sorted_pair;
+  g1.row_meta = sorted_pair;
   g1.tile_expert = tile_expert;
   g1.num_tiles = num_tiles;
   g1.act_out = act;
@@ -222,7 +233,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g2.act_out = nullptr;
   g2.y_out = ypair;
   g2.n_valid = int(H);
-  g2.route_w = rweights;
+  g2.row_meta = row_weight;
   const int grid2 = int(std::min<int64_t>(sms, l.max_tiles * (Hp / kTileRows)));
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_sm90_mxfp4_gemm(g2, tile, false, grid2, overlap, stream), "GEMM2 launch"));

@@ -122,20 +122,27 @@ MXMOE_SM90_HD constexpr int tile_row(int q, int w, int m) { return kGroupRows * 
 
 // ---- Shared memory of the GEMM kernel ---------------------------------------------
 // Offsets from the 1024-aligned base: `stages` activation stages, `stages`
-// code stages (8 row groups x 1 KB), two scale buffers (128 rows x k/32 bytes
-// of the current and the next tile), then the mbarriers: full[stages],
-// empty[stages], scale_full[2], scale_empty[2]. `bytes` is the dynamic shared
+// code stages (8 row groups x 1 KB), two item buffers (the current and the
+// next item's), then the mbarriers: full[stages], empty[stages],
+// item_full[2], item_empty[2]. An item buffer holds what the item reads once:
+// its 128 rows' scales (128 x k/32 bytes, at 0), the epilogue's 4 bytes per
+// token column (at item_cols: GEMM1 the sorted pair, -1 for padding; GEMM2
+// the routing weight, 0 for padding) and the rows' bf16 bias (at item_bias),
+// so that the epilogue reads no global memory. `bytes` is the dynamic shared
 // memory to request, 1024 bytes of alignment slack included.
 struct SmemLayout {
-  int act, codes, scales, scale_stride, bars, bytes;
+  int act, codes, items, item_stride, item_cols, item_bias, bars, bytes;
 };
+MXMOE_SM90_HD constexpr int item_scale_bytes(int k_padded) { return kTileRows * (k_padded / 32); }
 MXMOE_SM90_HD constexpr SmemLayout smem_layout(int bn, int k_padded, int stages) {
   SmemLayout l{};
   l.act = 0;
   l.codes = stages * stage_bytes(bn);
-  l.scales = l.codes + stages * kCodeStageBytes;
-  l.scale_stride = (kTileRows * (k_padded / 32) + 127) / 128 * 128;
-  l.bars = l.scales + 2 * l.scale_stride;
+  l.items = l.codes + stages * kCodeStageBytes;
+  l.item_cols = (item_scale_bytes(k_padded) + 15) / 16 * 16;
+  l.item_bias = l.item_cols + 4 * bn;
+  l.item_stride = (l.item_bias + 2 * kTileRows + 127) / 128 * 128;
+  l.bars = l.items + 2 * l.item_stride;
   l.bytes = 1024 + l.bars + (2 * stages + 4) * 8;
   return l;
 }

@@ -15,8 +15,9 @@
 //     `stages` stages with 1D bulk copies completing on mbarriers: per 128-K
 //     chunk the 8 row groups' codes (1 KB each, contiguous in the
 //     kMmaRowGroups16 layout) and the token tile's packed activations (one
-//     contiguous copy), and once per item the tile's 128 x K/32 scale bytes
-//     (double-buffered, so the next item's scales load during this one).
+//     contiguous copy), and once per item the tile's 128 x K/32 scale bytes,
+//     the epilogue's column metadata and the rows' bias (double-buffered, so
+//     the next item's buffer loads during this one).
 //   * warpgroups 1 and 2, consumers (232 registers): 64 weight rows each.
 //     Per chunk: wait "full", dequantise 8 k16 steps of A (32 registers), issue
 //     8 wgmma m64nNk16 into the same accumulators, commit, then wait until at
@@ -24,7 +25,7 @@
 //     stage ("empty"). A registers alternate between two sets so that the
 //     dequantisation of chunk c+1 overlaps the tensor cores on chunk c.
 // Barriers: full[s] (1 arrival + transaction bytes), empty[s] (every
-// consumer thread), scale_full[2] / scale_empty[2] likewise. Results are deterministic:
+// consumer thread), item_full[2] / item_empty[2] likewise. Results are deterministic:
 // no atomics, every sum in a fixed order.
 #pragma once
 
@@ -89,8 +90,9 @@ struct Smem {
   int stages;
   __device__ uint32_t full(int s) const { return base + l.bars + 8 * s; }
   __device__ uint32_t empty(int s) const { return base + l.bars + 8 * (stages + s); }
-  __device__ uint32_t scale_full(int b) const { return base + l.bars + 8 * (2 * stages + b); }
-  __device__ uint32_t scale_empty(int b) const { return base + l.bars + 8 * (2 * stages + 2 + b); }
+  __device__ uint32_t item_full(int b) const { return base + l.bars + 8 * (2 * stages + b); }
+  __device__ uint32_t item_empty(int b) const { return base + l.bars + 8 * (2 * stages + 2 + b); }
+  __device__ const uint8_t* item(int b) const { return ptr + l.items + b * l.item_stride; }
 };
 
 // The item sequence both roles walk: item = token tile * row tiles + row tile.
@@ -99,13 +101,14 @@ struct Items {
 };
 
 // Producer: one warp; its lane 0 posts each phase's transaction bytes and
-// issues the phase's copies (the 8 row groups' codes of a chunk, then the
-// activations).
+// issues the phase's copies: per item its buffer (scales, the epilogue's
+// column metadata, bias), per chunk the 8 row groups' codes, then the
+// activations.
 template <int BN>
 __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, const Items& it, int lane) {
   constexpr uint32_t kActBytes = stage_bytes(BN);
   const int64_t code_row = p.k / 2, scale_row = p.k / 32;
-  const uint32_t scale_bytes = uint32_t(kTileRows * scale_row);
+  const uint32_t scale_bytes = uint32_t(item_scale_bytes(p.k));
   int s = 0;
   uint32_t phase = 0;
   int seq = 0;
@@ -113,11 +116,14 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int64_t row0 = int64_t(p.tile_expert[tt]) * p.n_rows + int64_t(rt) * kTileRows;
     const int b = seq & 1;
-    ptx::mbar_wait(sm.scale_empty(b), ((seq >> 1) & 1) ^ 1);
+    ptx::mbar_wait(sm.item_empty(b), ((seq >> 1) & 1) ^ 1);
     if (lane == 0) {
-      ptx::mbar_arrive_expect_tx(sm.scale_full(b), scale_bytes);
-      ptx::bulk_load(sm.base + sm.l.scales + b * sm.l.scale_stride, p.scales + row0 * scale_row, scale_bytes,
-                     sm.scale_full(b));
+      const uint32_t buf = sm.base + sm.l.items + b * sm.l.item_stride;
+      ptx::mbar_arrive_expect_tx(sm.item_full(b), scale_bytes + 4 * BN + 2 * kTileRows);
+      ptx::bulk_load(buf, p.scales + row0 * scale_row, scale_bytes, sm.item_full(b));
+      ptx::bulk_load(buf + sm.l.item_cols, static_cast<const uint8_t*>(p.row_meta) + int64_t(tt) * BN * 4, 4 * BN,
+                     sm.item_full(b));
+      ptx::bulk_load(buf + sm.l.item_bias, p.bias + row0, 2 * kTileRows, sm.item_full(b));
     }
     const uint8_t* codes = p.codes + row0 * code_row;
     const uint8_t* act = p.act_in + int64_t(tt) * it.chunks * kActBytes;
@@ -144,14 +150,17 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
 // Epilogue of one item for the thread (g, t) of warp w of consumer
 // warpgroup q: accumulator i = 4j + 2h + c is weight row tile_row(q, w, g + 8h)
 // (rows 2g and 2g + 1 of the warp's group: gate_j and up_j for GEMM1, hidden
-// rows h0 and h0 + 1 for GEMM2) and token column acc_n(t, i).
+// rows h0 and h0 + 1 for GEMM2) and token column acc_n(t, i). Column
+// metadata and bias come from the item's shared-memory buffer.
 template <int BN, bool kSwiglu>
-__device__ __forceinline__ void finish_item(const GemmParams& p, const float (&acc)[BN / 2], int tt, int rt, int e,
-                                            int q, int w, int g, int t) {
-  const int row = rt * kTileRows + tile_row(q, w, g);  // even; row + 1 is its pair
-  const uint16_t* bias = p.bias + int64_t(e) * p.n_rows;
-  const float b_lo = bf16_to_f32(bias[row]), b_hi = bf16_to_f32(bias[row + 1]);
+__device__ __forceinline__ void finish_item(const GemmParams& p, const float (&acc)[BN / 2], const uint8_t* item,
+                                            const SmemLayout& l, int tt, int rt, int q, int w, int g, int t) {
+  const int local = tile_row(q, w, g);  // even; local + 1 is its pair
+  const int row = rt * kTileRows + local;
+  const uint16_t* bias = reinterpret_cast<const uint16_t*>(item + l.item_bias);
+  const float b_lo = bf16_to_f32(bias[local]), b_hi = bf16_to_f32(bias[local + 1]);
   if constexpr (kSwiglu) {
+    const int32_t* col_pair = reinterpret_cast<const int32_t*>(item + l.item_cols);
     const int64_t act_k = p.n_rows / 2;  // GEMM2's padded K
     const int j = row / 2;               // intermediate column of (gate_j, up_j)
 #pragma unroll
@@ -159,9 +168,8 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int n = acc_n(t, i + c);
-        const int pair = p.sorted_pair[int64_t(tt) * BN + n];
         float a = 0.f;
-        if (pair >= 0) {
+        if (col_pair[n] >= 0) {
           // GPT-OSS SwiGLU, written so that a NaN input stays NaN (as the
           // reference's std::min / std::clamp), which fminf would drop.
           const float hg = acc[i + c] + b_lo, hu = acc[i + 2 + c] + b_hi;
@@ -174,15 +182,16 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
       }
   } else {
     if (row >= p.n_valid) return;  // padded hidden rows (n_valid is a multiple of 32, row is even)
+    // Padding columns have weight 0 (and zero activations): their rows of
+    // y_out are written as zeros, which nothing reads.
+    const float* col_weight = reinterpret_cast<const float*>(item + l.item_cols);
 #pragma unroll
     for (int i = 0; i < BN / 2; i += 4)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int n = acc_n(t, i + c);
         const int64_t r = int64_t(tt) * BN + n;
-        const int pair = p.sorted_pair[r];
-        if (pair < 0) continue;
-        const float rw = p.route_w[pair];
+        const float rw = col_weight[n];
         float2 o;
         o.x = rw * (acc[i + c] + b_lo);
         o.y = rw * (acc[i + 2 + c] + b_hi);
@@ -207,12 +216,11 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
   int seq = 0;
   for (int item = blockIdx.x; item < it.count; item += gridDim.x, ++seq) {
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
-    const int e = p.tile_expert[tt];
     const int b = seq & 1;
-    ptx::mbar_wait(sm.scale_full(b), (seq >> 1) & 1);
+    ptx::mbar_wait(sm.item_full(b), (seq >> 1) & 1);
     // Scale byte of row 2g (lo) of the group for chunk c: scales_lo[4c]; the
     // lane's MX block of the chunk is block 4c + t.
-    const uint8_t* scales_lo = sm.ptr + sm.l.scales + b * sm.l.scale_stride + (kGroupRows * group + 2 * g) * scale_row + t;
+    const uint8_t* scales_lo = sm.item(b) + (kGroupRows * group + 2 * g) * scale_row + t;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     int prev = -1;  // stage of the previous chunk, released once its wgmmas completed
@@ -251,8 +259,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
     ptx::mbar_arrive(sm.empty(prev));
-    ptx::mbar_arrive(sm.scale_empty(b));
-    finish_item<BN, kSwiglu>(p, acc, tt, rt, e, q, w, g, t);
+    finish_item<BN, kSwiglu>(p, acc, sm.item(b), sm.l, tt, rt, q, w, g, t);
+    ptx::mbar_arrive(sm.item_empty(b));
   }
 }
 
@@ -274,8 +282,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_mxfp4_moe_gemm(const __grid_
       ptx::mbar_init(sm.empty(s), kConsumerThreads);
     }
     for (int b = 0; b < 2; ++b) {
-      ptx::mbar_init(sm.scale_full(b), 1);
-      ptx::mbar_init(sm.scale_empty(b), kConsumerThreads);
+      ptx::mbar_init(sm.item_full(b), 1);
+      ptx::mbar_init(sm.item_empty(b), kConsumerThreads);
     }
     ptx::fence_barrier_init();
   }

@@ -21,17 +21,18 @@ struct GemmParams {
   // Activations in, packed per sm90_layout.h ([token tile][k / 128][stage]).
   const uint8_t* act_in;
   // Schedule of the grouping kernel (token tiles of the kernel's token tile).
-  const int32_t* sorted_pair;  // [rows]: pair index t*k + slot, -1 = padding
   const int32_t* tile_expert;
   const int32_t* num_tiles;
+  // Per sorted row, copied with each item (16-byte aligned): GEMM1 the pair
+  // index t*k + slot (-1 = padding), GEMM2 the routing weight (0 = padding).
+  const void* row_meta;
   // GEMM1 epilogue: SwiGLU of the interleaved (gate, up) rows into packed
   // activations with K = n_rows / 2 (GEMM2's input); padding rows get 0.
   uint8_t* act_out;
   float alpha, limit;
-  // GEMM2 epilogue: route_w[pair] * (acc + bias) -> y_out fp32 [rows, n_valid].
+  // GEMM2 epilogue: weight * (acc + bias) -> y_out fp32 [rows, n_valid].
   float* y_out;
   int n_valid;
-  const float* route_w;
 };
 
 // Persistent grid of `grid` blocks (at most one per SM) walking the
