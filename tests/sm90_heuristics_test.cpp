@@ -8,13 +8,14 @@ namespace mxmoe::sm90 {
 namespace {
 
 TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
-  // gpt-oss-20b (E = 32, k = 4): T = 64 is 8 rows per expert, the last decode point.
+  // gpt-oss-20b (E = 32, k = 4): T = 56 is 7 rows per expert, the last decode point.
   EXPECT_EQ(choose_config(1, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(64, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(65, 4, 32, 2944, 2944).path, Path::kWgmma);
-  // gpt-oss-120b (E = 128): 8 rows per expert at T = 256.
-  EXPECT_EQ(choose_config(256, 4, 128, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(257, 4, 128, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(56, 4, 32, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(57, 4, 32, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(64, 4, 32, 2944, 2944).path, Path::kWgmma);
+  // gpt-oss-120b (E = 128): 7 rows per expert at T = 224, 8 at T = 256.
+  EXPECT_EQ(choose_config(224, 4, 128, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(256, 4, 128, 2944, 2944).path, Path::kWgmma);
   EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
   EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
   const Config decode = choose_config(16, 4, 32, 2944, 2944);
@@ -24,7 +25,10 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
 }
 
 TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
-  EXPECT_EQ(token_tile(1016, 4, 32), 64);    // 127 rows per expert
+  EXPECT_EQ(token_tile(64, 4, 32), 32);      // 8 rows per expert
+  EXPECT_EQ(token_tile(248, 4, 32), 32);     // 31
+  EXPECT_EQ(token_tile(256, 4, 32), 64);     // 32
+  EXPECT_EQ(token_tile(1016, 4, 32), 64);    // 127
   EXPECT_EQ(token_tile(1024, 4, 32), 128);   // 128
   EXPECT_EQ(token_tile(4096, 4, 128), 128);  // 128
   EXPECT_EQ(token_tile(16384, 4, 32), 128);
@@ -38,15 +42,16 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
   // 11.5 KB scale buffers; 227 KB in all.
   EXPECT_EQ(pipeline_stages(128, 2944), 5);
   EXPECT_EQ(pipeline_stages(64, 2944), 8);
+  EXPECT_EQ(pipeline_stages(32, 2944), 8);
   EXPECT_EQ(pipeline_stages(128, 256), 5);
-  for (int bn : {64, 128})
+  for (int bn : {32, 64, 128})
     for (int64_t kp : {128, 256, 768, 2944, 3072, 8192}) {
       const int s = pipeline_stages(bn, kp);
       ASSERT_GE(s, 2) << bn << " " << kp;
       EXPECT_LE(smem_layout(bn, int(kp), s).bytes, kMaxDynamicSmem);
       if (s < kMaxStages) EXPECT_GT(smem_layout(bn, int(kp), s + 1).bytes, kMaxDynamicSmem);
     }
-  // Not even two stages: K so large that the scale buffers alone take the space.
+  // Not even register_sets stages: K so large that the scale buffers alone take the space.
   EXPECT_EQ(pipeline_stages(128, 1 << 15), 0);
   EXPECT_EQ(choose_config(16384, 4, 32, 1 << 15, 2944).path, Path::kPortableDecode);
 }
@@ -54,7 +59,7 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
 TEST(Sm90Heuristics, OverridesAndDescription) {
   const Config forced = choose_config(1, 4, 32, 2944, 2944, {2, 0});
   EXPECT_EQ(forced.path, Path::kWgmma);
-  EXPECT_EQ(forced.token_tile, 64);
+  EXPECT_EQ(forced.token_tile, 32);  // 1 row per expert
   EXPECT_EQ(choose_config(16384, 4, 32, 2944, 2944, {1, 0}).path, Path::kPortableDecode);
   const Config c = choose_config(16384, 4, 32, 2944, 2944);
   EXPECT_EQ(c.path, Path::kWgmma);

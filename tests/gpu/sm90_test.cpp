@@ -145,7 +145,8 @@ std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) 
   return y;
 }
 
-constexpr sm90::Overrides kWgmma64{2, 64}, kWgmma128{2, 128}, kHeuristic{};
+constexpr sm90::Overrides kWgmma32{2, 32}, kWgmma64{2, 64}, kWgmma128{2, 128}, kHeuristic{};
+constexpr sm90::Overrides kTiles[] = {kWgmma32, kWgmma64, kWgmma128};
 
 class Sm90Gpu : public ::testing::Test {
  protected:
@@ -162,7 +163,7 @@ TEST_F(Sm90Gpu, SmallShapeTokenSweep) {
   for (int64_t T : Ts) {
     if (quick() && T > 129) continue;
     for (int64_t k : {1, 4}) {
-      check_case({{8, 160, 160, k}, T, RouteMode::kRandom, uint64_t(100 + i), i % 2 ? kWgmma128 : kWgmma64});
+      check_case({{8, 160, 160, k}, T, RouteMode::kRandom, uint64_t(100 + i), kTiles[i % 3]});
       ++i;
     }
   }
@@ -173,6 +174,7 @@ TEST_F(Sm90Gpu, OddShapeExpertsAndTopk) {
   check_case({{32, 320, 224, 4}, 129, RouteMode::kRandom, 200, kWgmma64});
   check_case({{128, 320, 224, 1}, 127, RouteMode::kRandom, 201, kWgmma128});
   check_case({{32, 320, 224, 1}, 3, RouteMode::kRandom, 202, kWgmma128});
+  check_case({{32, 320, 224, 4}, 33, RouteMode::kRandom, 207, kWgmma32});
   if (quick()) return;
   check_case({{128, 320, 224, 4}, 1000, RouteMode::kRandom, 203, kWgmma64});
   check_case({{8, 320, 224, 4}, 4096, RouteMode::kRandom, 204, kHeuristic});  // 2048 rows per expert: 128
@@ -184,6 +186,7 @@ TEST_F(Sm90Gpu, GptOssShapes) {
   // alternate across the tail); I = 736 pads to 768.
   check_case({{32, 2880, 736, 4}, 64, RouteMode::kRandom, 600, kWgmma64});
   check_case({{8, 2880, 2880, 4}, 129, RouteMode::kRandom, 601, kWgmma128});
+  check_case({{32, 2880, 736, 4}, 256, RouteMode::kRandom, 607, kWgmma32});
   if (quick()) return;
   check_case({{32, 2880, 736, 4}, 1000, RouteMode::kRandom, 602, kHeuristic});   // 125 rows per expert: 64
   check_case({{32, 2880, 2880, 4}, 1000, RouteMode::kRandom, 603, kHeuristic});
@@ -195,10 +198,12 @@ TEST_F(Sm90Gpu, GptOssShapes) {
 TEST_F(Sm90Gpu, AllTokensOnOneExpert) {
   check_case({{32, 320, 224, 4}, quick() ? 129 : 1000, RouteMode::kOneExpert, 300, kWgmma128});
   check_case({{8, 160, 160, 1}, quick() ? 64 : 4096, RouteMode::kOneExpert, 301, kWgmma64});
+  check_case({{8, 160, 160, 4}, quick() ? 64 : 1000, RouteMode::kOneExpert, 302, kWgmma32});
 }
 
 TEST_F(Sm90Gpu, MostExpertsEmpty) {
   check_case({{128, 160, 160, 4}, 3, RouteMode::kFewExperts, 400, kWgmma64});
+  check_case({{128, 160, 160, 4}, 65, RouteMode::kFewExperts, 402, kWgmma32});
   check_case({{128, 320, 224, 4}, quick() ? 64 : 1000, RouteMode::kFewExperts, 401, kWgmma128});
 }
 
@@ -217,6 +222,7 @@ TEST_F(Sm90Gpu, ExtremeScales) {
   for (size_t i = 0; i < w.w2_scales.size(); ++i) w.w2_scales[i] = uint8_t(118 + (i * 5) % 14);
   check_case({s, 64, RouteMode::kRandom, 700, kWgmma64}, &w);
   check_case({s, 129, RouteMode::kRandom, 701, kWgmma128}, &w);
+  check_case({s, 33, RouteMode::kRandom, 702, kWgmma32}, &w);
 }
 
 TEST_F(Sm90Gpu, DecodePath) {
@@ -227,7 +233,7 @@ TEST_F(Sm90Gpu, DecodePath) {
 TEST_F(Sm90Gpu, BitwiseReproducible) {
   const MoeShape s{32, 320, 224, 4};
   const MoeWeights w = make_random_weights(s, 800);
-  for (const sm90::Overrides& o : {kWgmma64, kWgmma128}) {
+  for (const sm90::Overrides& o : kTiles) {
     const int64_t T = quick() ? 129 : 1000;
     const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
     const std::unique_ptr<Backend> be = make_backend(w, o);

@@ -14,20 +14,21 @@ namespace mxmoe::sm90 {
 
 // Shared memory one block may use on SM90 (227 KB, after opting in).
 inline constexpr int kMaxDynamicSmem = 232448;
-// Deeper rings only add start-up latency: at 128 tokens a stage is ~1000
-// tensor-core cycles, and 5 stages cover an HBM round trip several times over.
+// Deepest ring. Deeper rings only add start-up latency: 12 stages of 32
+// tokens instead of 8 left gpt-oss-120b T = 256 at 741 vs 737 us (H200).
 inline constexpr int kMaxStages = 8;
-// At most this many rows per expert on average the GEMMs are GEMVs over the
-// touched experts: a 64-row wgmma tile would be mostly padding, and the
-// portable decode kernel (8-token tiles, split K) is the measured one.
-inline constexpr int64_t kDecodeMaxMeanRows = 8;
+// At most this many rows per expert on average the portable decode kernels
+// (8-token tiles, split K) beat the wgmma GEMMs: H200, 2026-11-29, at 4 rows
+// per expert decode / wgmma 32-token tiles = 633 / 716 us (gpt-oss-120b
+// T = 128), at 8 rows 222 / 210 (20b T = 64) and 857 / 737 (120b T = 256).
+inline constexpr int64_t kDecodeMaxMeanRows = 7;
 
 enum class Path { kPortableDecode, kWgmma };
 
 // Tuning knobs (tests and benchmarks); 0 keeps the heuristic.
 struct Overrides {
   int path = 0;        // 1: portable decode, 2: wgmma
-  int token_tile = 0;  // 64 or 128
+  int token_tile = 0;  // 32, 64 or 128
 };
 
 struct Config {
@@ -45,19 +46,22 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 // Tokens per wgmma tile. Each expert's rows are padded to the tile, about
 // half a tile per expert on average: with m rows per expert a tile of N keeps
 // m / (m + N/2) of its columns busy (m = 128: 80% at 64, 67% at 128). A
-// larger tile dequantises each weight once for twice the tokens and halves
-// the weight re-reads from L2, which wins from 128 rows per expert on
-// (H200, 2026-11-29: gpt-oss-20b T = 1024 702 -> 675 us, gpt-oss-120b
-// T = 4096 2738 -> 2540 us; at 32 rows per expert 128 loses, 1081 -> 1564 us).
+// larger tile dequantises each weight once for more tokens and cuts the
+// weight re-reads from L2. Measured on the H200 (2026-11-29), per mean rows
+// per expert m: 32 wins below 32 (m = 16: 214 vs 248 us at 64, 20b T = 128;
+// 740 vs 866, 120b T = 512), 64 from 32 (m = 32: 255 vs 298, 20b T = 256;
+// 918 vs 1067, 120b T = 1024), 128 from 128 (20b T = 1024 702 -> 675 us,
+// 120b T = 4096 2738 -> 2540; at m = 32 128 loses, 1081 -> 1564).
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
-  if (override_tile == 64 || override_tile == 128) return override_tile;
-  return mean_rows_per_expert(tokens, topk, experts) < 128 ? 64 : 128;
+  if (override_tile == 32 || override_tile == 64 || override_tile == 128) return override_tile;
+  const int64_t m = mean_rows_per_expert(tokens, topk, experts);
+  return m < 32 ? 32 : m < 128 ? 64 : 128;
 }
 
 // Deepest ring (at most kMaxStages) whose shared memory fits, or 0 when not
-// even two stages do (K too large).
+// even register_sets(token_tile) stages do (K too large).
 inline int pipeline_stages(int token_tile, int64_t k_padded) {
-  for (int s = kMaxStages; s >= 2; --s)
+  for (int s = kMaxStages; s >= register_sets(token_tile); --s)
     if (smem_layout(token_tile, int(k_padded), s).bytes <= kMaxDynamicSmem) return s;
   return 0;
 }
@@ -70,7 +74,7 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
-  if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
+  if (s1 == 0 || s2 == 0) return c;  // K too large for the ring: the portable kernels take any K
   c.path = Path::kWgmma;
   c.token_tile = bn;
   c.stages_gemm1 = s1;

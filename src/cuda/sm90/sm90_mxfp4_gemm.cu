@@ -1,4 +1,4 @@
-// Instances of the sm90 MXFP4 grouped GEMM (token tiles 64 and 128; SwiGLU or
+// Instances of the sm90 MXFP4 grouped GEMM (token tiles 32, 64 and 128; SwiGLU or
 // bias-and-route epilogue) and their launcher.
 #include "cuda/sm90/sm90_mxfp4_gemm.cuh"
 #include "cuda/sm90/heuristics.h"
@@ -24,8 +24,10 @@ cudaError_t allow_max_smem() {
 
 cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swiglu, int grid, bool overlap,
                                    cudaStream_t stream) {
-  if (p.stages < 2 || smem_layout(token_tile, p.k, p.stages).bytes > kMaxDynamicSmem) return cudaErrorInvalidValue;
+  if (p.stages < register_sets(token_tile) || smem_layout(token_tile, p.k, p.stages).bytes > kMaxDynamicSmem)
+    return cudaErrorInvalidValue;
   switch (token_tile) {
+    case 32: return swiglu ? launch<32, true>(p, grid, overlap, stream) : launch<32, false>(p, grid, overlap, stream);
     case 64: return swiglu ? launch<64, true>(p, grid, overlap, stream) : launch<64, false>(p, grid, overlap, stream);
     case 128: return swiglu ? launch<128, true>(p, grid, overlap, stream) : launch<128, false>(p, grid, overlap, stream);
     default: return cudaErrorInvalidValue;
@@ -33,8 +35,9 @@ cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swi
 }
 
 cudaError_t init_sm90_mxfp4_gemm() {
-  const cudaError_t errs[] = {allow_max_smem<64, true>(), allow_max_smem<64, false>(), allow_max_smem<128, true>(),
-                              allow_max_smem<128, false>()};
+  const cudaError_t errs[] = {allow_max_smem<32, true>(),  allow_max_smem<32, false>(),
+                              allow_max_smem<64, true>(),  allow_max_smem<64, false>(),
+                              allow_max_smem<128, true>(), allow_max_smem<128, false>()};
   for (cudaError_t e : errs)
     if (e != cudaSuccess) return e;
   return cudaSuccess;
