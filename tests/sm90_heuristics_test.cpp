@@ -51,7 +51,7 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
       EXPECT_LE(smem_layout(bn, int(kp), s).bytes, kMaxDynamicSmem);
       if (s < kMaxStages) EXPECT_GT(smem_layout(bn, int(kp), s + 1).bytes, kMaxDynamicSmem);
     }
-  // Not even register_sets stages: K so large that the scale buffers alone take the space.
+  // Not even two stages: K so large that the scale buffers alone take the space.
   EXPECT_EQ(pipeline_stages(128, 1 << 15), 0);
   EXPECT_EQ(choose_config(16384, 4, 32, 1 << 15, 2944).path, Path::kPortableDecode);
 }

@@ -59,9 +59,9 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
 }
 
 // Deepest ring (at most kMaxStages) whose shared memory fits, or 0 when not
-// even register_sets(token_tile) stages do (K too large).
+// even two stages do (K too large).
 inline int pipeline_stages(int token_tile, int64_t k_padded) {
-  for (int s = kMaxStages; s >= register_sets(token_tile); --s)
+  for (int s = kMaxStages; s >= 2; --s)
     if (smem_layout(token_tile, int(k_padded), s).bytes <= kMaxDynamicSmem) return s;
   return 0;
 }
@@ -74,7 +74,7 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
-  if (s1 == 0 || s2 == 0) return c;  // K too large for the ring: the portable kernels take any K
+  if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
   c.path = Path::kWgmma;
   c.token_tile = bn;
   c.stages_gemm1 = s1;

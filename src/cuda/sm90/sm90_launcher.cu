@@ -122,7 +122,7 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
       return Status::InvalidArgument("sm90: prepared weight tensors must be 16-byte aligned");
   if (cfg.token_tile != 32 && cfg.token_tile != 64 && cfg.token_tile != 128)
     return Status::InvalidArgument(fmt::format("sm90: token tile {} (32, 64 or 128)", cfg.token_tile));
-  if (cfg.stages_gemm1 < register_sets(cfg.token_tile) || cfg.stages_gemm2 < register_sets(cfg.token_tile) ||
+  if (cfg.stages_gemm1 < 2 || cfg.stages_gemm2 < 2 ||
       smem_layout(cfg.token_tile, int(Hp), cfg.stages_gemm1).bytes > kMaxDynamicSmem ||
       smem_layout(cfg.token_tile, int(Ip), cfg.stages_gemm2).bytes > kMaxDynamicSmem)
     return Status::InvalidArgument(fmt::format("sm90: stages {} / {} do not fit shared memory for Hp = {}, Ip = {}",

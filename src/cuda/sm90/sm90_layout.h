@@ -35,13 +35,6 @@ inline constexpr int kGroupRows = 16;             // rows of one warp (WeightSwi
 inline constexpr int kGroupChunkBytes = 1024;     // codes of one group's 128-K chunk, contiguous
 inline constexpr int kCodeStageBytes = kTileRows / kGroupRows * kGroupChunkBytes;  // 8 KB
 static_assert(kTileRows == 64 * kConsumerWarpgroups, "a consumer warpgroup's wgmma covers 64 rows (m64)");
-
-// Sets of dequantised A registers (32 each) a consumer rotates through: with
-// r sets, r - 1 chunks' wgmma groups stay in flight while the next chunk is
-// dequantised, and as many stages stay held, so a ring needs at least r
-// stages. 128 tokens keep 64 accumulator registers and room for two sets;
-// 32 and 64 tokens (16 and 32 accumulators) take three.
-MXMOE_SM90_HD constexpr int register_sets(int bn) { return bn == 128 ? 2 : 3; }
 static_assert(kCodeStageBytes == kTileRows * kChunk / 2, "two E2M1 codes per byte");
 
 // ---- K order of the activation operand ---------------------------------------

@@ -24,8 +24,7 @@ cudaError_t allow_max_smem() {
 
 cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swiglu, int grid, bool overlap,
                                    cudaStream_t stream) {
-  if (p.stages < register_sets(token_tile) || smem_layout(token_tile, p.k, p.stages).bytes > kMaxDynamicSmem)
-    return cudaErrorInvalidValue;
+  if (p.stages < 2 || smem_layout(token_tile, p.k, p.stages).bytes > kMaxDynamicSmem) return cudaErrorInvalidValue;
   switch (token_tile) {
     case 32: return swiglu ? launch<32, true>(p, grid, overlap, stream) : launch<32, false>(p, grid, overlap, stream);
     case 64: return swiglu ? launch<64, true>(p, grid, overlap, stream) : launch<64, false>(p, grid, overlap, stream);

@@ -21,13 +21,12 @@
 //   * warpgroups 1 and 2, consumers (232 registers): 64 weight rows each.
 //     Per chunk: wait "full", dequantise 8 k16 steps of A (32 registers), issue
 //     8 wgmma m64nNk16 into the same accumulators, commit, then wait until at
-//     most r - 1 groups are in flight and release the stage of the chunk r - 1
-//     back ("empty"), r = register_sets(N): the A registers rotate through r
-//     sets, so the dequantisation of the next chunk overlaps the tensor cores
-//     on the r - 1 before it.
+//     most this chunk's group is in flight and release the previous chunk's
+//     stage ("empty"). A registers alternate between two sets so that the
+//     dequantisation of chunk c+1 overlaps the tensor cores on chunk c.
 // Barriers: full[s] (1 arrival + transaction bytes), empty[s] (every
-// consumer thread), item_full[2] / item_empty[2] likewise. Results are
-// deterministic: no atomics, every sum in a fixed order.
+// consumer thread), item_full[2] / item_empty[2] likewise. Results are deterministic:
+// no atomics, every sum in a fixed order.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -206,13 +205,12 @@ template <int BN, bool kSwiglu, bool kTwoStep>
 __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, const Items& it, int q, int w,
                                         int lane) {
   constexpr int kAcc = BN / 2;
-  constexpr int kSets = register_sets(BN);
   constexpr uint32_t kActBytes = stage_bytes(BN);
   static_assert(kAcc * 128 == 64 * BN, "an m64nN f32 accumulator is N/2 registers per thread");
   const int g = lane >> 2, t = lane & 3, group = 4 * q + w;
   const int64_t scale_row = p.k / 32;
   float acc[kAcc];
-  uint32_t a[kSets][8][4];
+  uint32_t a0[8][4], a1[8][4];
   int s = 0;
   uint32_t phase = 0;
   int seq = 0;
@@ -225,8 +223,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
     const uint8_t* scales_lo = sm.item(b) + (kGroupRows * group + 2 * g) * scale_row + t;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
-    // Stage of the chunk `back` chunks before the current one.
-    auto stage_back = [&](int back) { return s >= back ? s - back : s - back + sm.stages; };
+    int prev = -1;  // stage of the previous chunk, released once its wgmmas completed
     auto step = [&](int c, uint32_t(&a)[8][4]) {
       ptx::mbar_wait(sm.full(s), phase);
       const uint8_t* codes = sm.ptr + sm.l.codes + s * kCodeStageBytes + group * kGroupChunkBytes + lane * 16;
@@ -242,27 +239,26 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       ptx::wgmma_commit();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-      // The group kSets - 1 chunks back is done: its A registers may be
-      // rewritten and its stage refilled. Every consumer thread arrives: an
-      // arrival releases only its own thread's reads of the stage.
-      ptx::wgmma_wait<kSets - 1>();
-      if (c >= kSets - 1) ptx::mbar_arrive(sm.empty(stage_back(kSets - 1)));
+      ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
+      // Every consumer thread arrives: an arrival releases only its own
+      // thread's reads of the stage to the producer's next bulk copy.
+      if (prev >= 0) ptx::mbar_arrive(sm.empty(prev));
+      prev = s;
       if (++s == sm.stages) {
         s = 0;
         phase ^= 1;
       }
     };
     int c = 0;
-    for (; c + kSets <= it.chunks; c += kSets)
-#pragma unroll
-      for (int r = 0; r < kSets; ++r) step(c + r, a[r]);
-#pragma unroll
-    for (int r = 0; r < kSets - 1; ++r)
-      if (c + r < it.chunks) step(c + r, a[r]);
+    for (; c + 1 < it.chunks; c += 2) {
+      step(c, a0);
+      step(c + 1, a1);
+    }
+    if (c < it.chunks) step(c, a0);
     ptx::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-    for (int back = 1; back <= kSets - 1 && back <= it.chunks; ++back) ptx::mbar_arrive(sm.empty(stage_back(back)));
+    ptx::mbar_arrive(sm.empty(prev));
     finish_item<BN, kSwiglu>(p, acc, sm.item(b), sm.l, tt, rt, q, w, g, t);
     ptx::mbar_arrive(sm.item_empty(b));
   }
