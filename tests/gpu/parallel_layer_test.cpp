@@ -35,6 +35,10 @@ using testing::l2_norm;
 using testing::random_floats;
 using testing::rel_l2;
 using testing::round_to_bf16;
+using testing::make_test_routing;
+using testing::quick_sweep;
+using testing::route_mode_name;
+using testing::RouteMode;
 
 // Skips the test unless `n` GPUs are visible.
 #define SKIP_WITHOUT_GPUS(n)                                                                \
@@ -45,41 +49,11 @@ using testing::round_to_bf16;
       GTEST_SKIP() << "GPU test skipped: needs " << (n) << " GPUs, " << mxmoe_have_ << " visible"; \
   } while (0)
 
-enum class RouteMode {
-  kRouter,      // the layer's router
-  kRandom,      // k distinct random experts per token
-  kOneExpert,   // every token's slot 0 on the last expert, the other slots on the first experts
-  kLowExperts,  // every token on experts 0..k-1: the other experts (and, for EP, ranks) get nothing
-};
-const char* mode_name(RouteMode m) {
-  switch (m) {
-    case RouteMode::kRouter: return "router";
-    case RouteMode::kRandom: return "random";
-    case RouteMode::kOneExpert: return "one-expert";
-    case RouteMode::kLowExperts: return "low-experts";
-  }
-  return "?";
-}
-
-Routing make_routing(RouteMode mode, int64_t T, const MoeShape& s, uint64_t seed) {
-  Routing r = make_random_routing(T, s.experts, s.topk, seed);
-  for (int64_t t = 0; t < T && mode != RouteMode::kRandom; ++t)
-    for (int64_t k = 0; k < s.topk; ++k)
-      r.ids[size_t(t * s.topk + k)] =
-          int32_t(mode == RouteMode::kOneExpert ? (k == 0 ? s.experts - 1 : k - 1) : k);
-  return r;
-}
-
 struct Scenario {
   MoeShape shape;
   std::vector<int64_t> tokens;
   std::vector<RouteMode> modes;
 };
-
-bool quick() {
-  const char* q = std::getenv("MXMOE_TEST_QUICK");
-  return q && *q && std::string(q) != "0";
-}
 
 // Every shape gets T = 1, 3, 129; the small one every routing, the GPT-OSS
 // hidden size two each (the CPU reference dominates the run time). MXMOE_TEST_QUICK=1 (for
@@ -87,7 +61,7 @@ bool quick() {
 std::vector<Scenario> scenarios() {
   const std::vector<RouteMode> all = {RouteMode::kRouter, RouteMode::kRandom, RouteMode::kOneExpert,
                                       RouteMode::kLowExperts};
-  if (quick()) return {{{16, 160, 160, 4}, {1, 3, 129}, all}, {{32, 2880, 736, 4}, {1}, {RouteMode::kRandom}}};
+  if (quick_sweep()) return {{{16, 160, 160, 4}, {1, 3, 129}, all}, {{32, 2880, 736, 4}, {1}, {RouteMode::kRandom}}};
   return {{{16, 160, 160, 4}, {1, 3, 129}, all},
           {{32, 2880, 736, 4}, {1, 3, 129}, {RouteMode::kRouter, RouteMode::kRandom}},
           {{32, 2880, 2880, 4}, {1, 3, 129}, {RouteMode::kOneExpert, RouteMode::kLowExperts}}};
@@ -120,10 +94,10 @@ void check_against_single_gpu(ParallelMode mode, int size) {
         const std::string what = std::string(parallel_mode_name(mode)) + " " + std::to_string(size) +
                                  " E=" + std::to_string(s.experts) + " H=" + std::to_string(s.hidden) +
                                  " I=" + std::to_string(s.intermediate) + " T=" + std::to_string(T) + " " +
-                                 mode_name(m) + " seed=" + std::to_string(seed);
+                                 route_mode_name(m) + " seed=" + std::to_string(seed);
         SCOPED_TRACE(what);
         const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), seed));
-        const Routing r = make_routing(m, T, s, seed);
+        const Routing r = make_test_routing(m, T, s, seed);
         const RoutingView view = r.view();
         const RoutingView* rv = m == RouteMode::kRouter ? nullptr : &view;
         std::vector<float> y(x.size()), one(x.size()), ref(x.size());

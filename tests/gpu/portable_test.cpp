@@ -15,7 +15,6 @@
 #include "cuda/portable/portable_backend.h"
 #endif
 #include "mxmoe/backend.h"
-#include "mxmoe/reference.h"
 #include "support/test_support.h"
 
 #ifndef MXMOE_WITH_CUDA
@@ -24,49 +23,14 @@ TEST(PortableGpu, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has 
 namespace mxmoe {
 namespace {
 
-using testing::l2_norm;
 using testing::random_floats;
-using testing::rel_l2;
 using testing::round_to_bf16;
+using testing::expect_matches_reference;
+using testing::quick_sweep;
+using testing::route_mode_name;
+using testing::RouteMode;
 
 constexpr int64_t kPoison = 4096;
-
-bool quick() {
-  const char* q = std::getenv("MXMOE_TEST_QUICK");
-  return q && *q && std::string(q) != "0";
-}
-
-enum class RouteMode { kRouter, kRandom, kOneExpert, kFewExperts };
-
-Routing make_routing(RouteMode mode, int64_t T, const MoeShape& s, uint64_t seed) {
-  Routing r = make_random_routing(T, s.experts, s.topk, seed);
-  if (mode == RouteMode::kOneExpert) {
-    // Every token sends slot 0 to the same expert (the others stay distinct).
-    const int32_t hot = int32_t(s.experts - 1);
-    for (int64_t t = 0; t < T; ++t) {
-      int32_t next = 0;
-      for (int64_t k = 0; k < s.topk; ++k) {
-        if (k == 0) { r.ids[size_t(t * s.topk)] = hot; continue; }
-        r.ids[size_t(t * s.topk + k)] = next++;
-      }
-    }
-  } else if (mode == RouteMode::kFewExperts) {
-    // Only experts 0..k-1 and the last one receive tokens; the rest stay empty.
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k < s.topk; ++k)
-        r.ids[size_t(t * s.topk + k)] = int32_t((t + k) % s.topk == 0 && s.topk < s.experts
-                                                    ? s.experts - 1 : (t + k) % s.topk);
-    for (int64_t t = 0; t < T; ++t) {  // keep the k ids of a token distinct
-      std::vector<bool> seen(size_t(s.experts), false);
-      for (int64_t k = 0; k < s.topk; ++k) {
-        int32_t& id = r.ids[size_t(t * s.topk + k)];
-        while (seen[size_t(id)]) id = (id + 1) % int32_t(s.experts);
-        seen[size_t(id)] = true;
-      }
-    }
-  }
-  return r;
-}
 
 struct Case {
   MoeShape shape;
@@ -78,7 +42,7 @@ struct Case {
 std::string describe(const Case& c) {
   return "E=" + std::to_string(c.shape.experts) + " H=" + std::to_string(c.shape.hidden) +
          " I=" + std::to_string(c.shape.intermediate) + " k=" + std::to_string(c.shape.topk) +
-         " T=" + std::to_string(c.tokens) + " mode=" + std::to_string(int(c.mode)) +
+         " T=" + std::to_string(c.tokens) + " routing=" + route_mode_name(c.mode) +
          " seed=" + std::to_string(c.seed);
 }
 
@@ -93,23 +57,7 @@ std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) 
   const Status cs = create_portable_backend(w.view(), PortableOptions{kPoison}, &be);
   EXPECT_TRUE(cs.ok()) << cs.message();
   if (!cs.ok()) return {};
-  std::vector<float> y(x.size()), ref(x.size());
-  Routing r;
-  const RoutingView* rv = nullptr;
-  RoutingView view;
-  if (c.mode != RouteMode::kRouter) {
-    r = make_routing(c.mode, c.tokens, c.shape, c.seed + 2);
-    view = r.view();
-    rv = &view;
-  }
-  const Status fs = be->forward_host(x.data(), c.tokens, rv, y.data());
-  EXPECT_TRUE(fs.ok()) << fs.message();
-  const Status rs = reference_forward(w.view(), x.data(), c.tokens, rv, ref.data());
-  EXPECT_TRUE(rs.ok()) << rs.message();
-  const double err = rel_l2(y, ref);
-  EXPECT_LE(err, 1e-2) << describe(c);
-  EXPECT_GT(l2_norm(y), 0.0) << describe(c);
-  return y;
+  return expect_matches_reference(*be, w, x, c.tokens, c.mode, c.seed + 2);
 }
 
 class PortableGpu : public ::testing::Test {
@@ -123,7 +71,7 @@ TEST_F(PortableGpu, SmallShapeTokenSweep) {
   const int64_t ks[] = {1, 2, 4, 8};
   int i = 0;
   for (int64_t T : Ts) {
-    if (quick() && T > 129) continue;
+    if (quick_sweep() && T > 129) continue;
     const int64_t k = ks[i % 4];
     check_case({{8, 160, 160, k}, T, RouteMode::kRandom, uint64_t(100 + i)});
     ++i;
@@ -135,7 +83,7 @@ TEST_F(PortableGpu, OddShapeExpertsAndTopk) {
   check_case({{32, 320, 224, 4}, 1, RouteMode::kRandom, 200});
   check_case({{32, 320, 224, 8}, 129, RouteMode::kRandom, 201});
   check_case({{128, 320, 224, 2}, 127, RouteMode::kRandom, 202});
-  if (quick()) return;
+  if (quick_sweep()) return;
   check_case({{32, 320, 224, 4}, 1000, RouteMode::kRandom, 203});
   // T*k = 16384 pairs over 128 experts: many tiles, large grouping chunks.
   check_case({{128, 320, 224, 4}, 4096, RouteMode::kRandom, 204});
@@ -143,25 +91,25 @@ TEST_F(PortableGpu, OddShapeExpertsAndTopk) {
 }
 
 TEST_F(PortableGpu, AllTokensOnOneExpert) {
-  check_case({{32, 320, 224, 4}, quick() ? 129 : 1000, RouteMode::kOneExpert, 300});
-  check_case({{8, 160, 160, 1}, quick() ? 64 : 4096, RouteMode::kOneExpert, 301});
+  check_case({{32, 320, 224, 4}, quick_sweep() ? 129 : 1000, RouteMode::kOneExpert, 300});
+  check_case({{8, 160, 160, 1}, quick_sweep() ? 64 : 4096, RouteMode::kOneExpert, 301});
 }
 
 TEST_F(PortableGpu, MostExpertsEmpty) {
   check_case({{128, 160, 160, 2}, 3, RouteMode::kFewExperts, 400});
-  check_case({{128, 320, 224, 4}, quick() ? 64 : 1000, RouteMode::kFewExperts, 401});
+  check_case({{128, 320, 224, 4}, quick_sweep() ? 64 : 1000, RouteMode::kFewExperts, 401});
 }
 
 TEST_F(PortableGpu, FusedRouter) {
   check_case({{8, 160, 160, 2}, 129, RouteMode::kRouter, 500});
-  check_case({{128, 320, 224, 8}, quick() ? 64 : 1000, RouteMode::kRouter, 501});
-  check_case({{32, 2880, 736, 4}, quick() ? 7 : 64, RouteMode::kRouter, 502});
+  check_case({{128, 320, 224, 8}, quick_sweep() ? 64 : 1000, RouteMode::kRouter, 501});
+  check_case({{32, 2880, 736, 4}, quick_sweep() ? 7 : 64, RouteMode::kRouter, 502});
 }
 
 TEST_F(PortableGpu, GptOssHidden) {
   // H = 2880: Hp = 2880 = 22 full 128-chunks + a 64 tail.
   check_case({{32, 2880, 736, 4}, 1, RouteMode::kRandom, 600});
-  if (quick()) return;
+  if (quick_sweep()) return;
   check_case({{32, 2880, 736, 4}, 7, RouteMode::kRandom, 601});
   check_case({{32, 2880, 736, 4}, 129, RouteMode::kRandom, 602});
   check_case({{32, 2880, 2880, 4}, 1, RouteMode::kRandom, 603});
@@ -183,7 +131,7 @@ TEST_F(PortableGpu, ExtremeScales) {
 TEST_F(PortableGpu, BitwiseReproducible) {
   const MoeShape s{32, 320, 224, 4};
   const MoeWeights w = make_random_weights(s, 800);
-  for (int64_t T : {int64_t(7), int64_t(quick() ? 129 : 1000)}) {
+  for (int64_t T : {int64_t(7), int64_t(quick_sweep() ? 129 : 1000)}) {
     const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
     std::unique_ptr<Backend> be;
     ASSERT_TRUE(create_portable_backend(w.view(), PortableOptions{kPoison}, &be).ok());

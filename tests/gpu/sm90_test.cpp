@@ -23,7 +23,6 @@
 #include "cuda/sm90/sm90_backend.h"
 #endif
 #include "mxmoe/backend.h"
-#include "mxmoe/reference.h"
 #include "support/test_support.h"
 
 #ifndef MXMOE_WITH_SM90
@@ -32,17 +31,14 @@ TEST(Sm90Gpu, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has no s
 namespace mxmoe {
 namespace {
 
-using testing::l2_norm;
 using testing::random_floats;
-using testing::rel_l2;
 using testing::round_to_bf16;
+using testing::expect_matches_reference;
+using testing::quick_sweep;
+using testing::route_mode_name;
+using testing::RouteMode;
 
 constexpr int64_t kPoison = 4096;
-
-bool quick() {
-  const char* q = std::getenv("MXMOE_TEST_QUICK");
-  return q && *q && std::string(q) != "0";
-}
 
 // Why the sm90 tests cannot run here, or "" when they can.
 std::string sm90_unavailable() {
@@ -57,38 +53,6 @@ std::string sm90_unavailable() {
   return "";
 }
 
-enum class RouteMode { kRouter, kRandom, kOneExpert, kFewExperts };
-const char* mode_name(RouteMode m) {
-  switch (m) {
-    case RouteMode::kRouter: return "router";
-    case RouteMode::kRandom: return "random";
-    case RouteMode::kOneExpert: return "one-expert";
-    case RouteMode::kFewExperts: return "few-experts";
-  }
-  return "?";
-}
-
-Routing make_routing(RouteMode mode, int64_t T, const MoeShape& s, uint64_t seed) {
-  Routing r = make_random_routing(T, s.experts, s.topk, seed);
-  if (mode == RouteMode::kOneExpert) {
-    // Every token sends slot 0 to the last expert (the other slots stay distinct).
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k < s.topk; ++k) r.ids[size_t(t * s.topk + k)] = int32_t(k == 0 ? s.experts - 1 : k - 1);
-  } else if (mode == RouteMode::kFewExperts) {
-    // Only experts 0..k-1 and the last one receive tokens; the rest stay empty.
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<bool> seen(size_t(s.experts), false);
-      for (int64_t k = 0; k < s.topk; ++k) {
-        int32_t id = int32_t((t + k) % s.topk == 0 && s.topk < s.experts ? s.experts - 1 : (t + k) % s.topk);
-        while (seen[size_t(id)]) id = (id + 1) % int32_t(s.experts);
-        seen[size_t(id)] = true;
-        r.ids[size_t(t * s.topk + k)] = id;
-      }
-    }
-  }
-  return r;
-}
-
 struct Case {
   MoeShape shape;
   int64_t tokens;
@@ -100,7 +64,7 @@ struct Case {
 std::string describe(const Case& c) {
   return "E=" + std::to_string(c.shape.experts) + " H=" + std::to_string(c.shape.hidden) +
          " I=" + std::to_string(c.shape.intermediate) + " k=" + std::to_string(c.shape.topk) +
-         " T=" + std::to_string(c.tokens) + " routing=" + mode_name(c.mode) + " path=" +
+         " T=" + std::to_string(c.tokens) + " routing=" + route_mode_name(c.mode) + " path=" +
          std::to_string(c.overrides.path) + " tile=" + std::to_string(c.overrides.token_tile) +
          " seeds: weights " + std::to_string(c.seed) + ", x " + std::to_string(c.seed + 1) + ", routing " +
          std::to_string(c.seed + 2);
@@ -127,22 +91,7 @@ std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) 
   const std::unique_ptr<Backend> be = make_backend(w, c.overrides);
   if (!be) return {};
   EXPECT_EQ(be->kind(), BackendKind::kSm90);
-  std::vector<float> y(x.size()), ref(x.size());
-  Routing r;
-  RoutingView view;
-  const RoutingView* rv = nullptr;
-  if (c.mode != RouteMode::kRouter) {
-    r = make_routing(c.mode, c.tokens, c.shape, c.seed + 2);
-    view = r.view();
-    rv = &view;
-  }
-  const Status fs = be->forward_host(x.data(), c.tokens, rv, y.data());
-  EXPECT_TRUE(fs.ok()) << fs.message();
-  const Status rs = reference_forward(w.view(), x.data(), c.tokens, rv, ref.data());
-  EXPECT_TRUE(rs.ok()) << rs.message();
-  EXPECT_LE(rel_l2(y, ref), 1e-2);
-  EXPECT_GT(l2_norm(y), 0.0);
-  return y;
+  return expect_matches_reference(*be, w, x, c.tokens, c.mode, c.seed + 2);
 }
 
 constexpr sm90::Overrides kWgmma32{2, 32}, kWgmma64{2, 64}, kWgmma128{2, 128}, kHeuristic{};
@@ -161,7 +110,7 @@ TEST_F(Sm90Gpu, SmallShapeTokenSweep) {
   const int64_t Ts[] = {1, 3, 64, 127, 129, 1000, 4096};
   int i = 0;
   for (int64_t T : Ts) {
-    if (quick() && T > 129) continue;
+    if (quick_sweep() && T > 129) continue;
     for (int64_t k : {1, 4}) {
       check_case({{8, 160, 160, k}, T, RouteMode::kRandom, uint64_t(100 + i), kTiles[i % 3]});
       ++i;
@@ -175,7 +124,7 @@ TEST_F(Sm90Gpu, OddShapeExpertsAndTopk) {
   check_case({{128, 320, 224, 1}, 127, RouteMode::kRandom, 201, kWgmma128});
   check_case({{32, 320, 224, 1}, 3, RouteMode::kRandom, 202, kWgmma128});
   check_case({{32, 320, 224, 4}, 33, RouteMode::kRandom, 207, kWgmma32});
-  if (quick()) return;
+  if (quick_sweep()) return;
   check_case({{128, 320, 224, 4}, 1000, RouteMode::kRandom, 203, kWgmma64});
   check_case({{8, 320, 224, 4}, 4096, RouteMode::kRandom, 204, kHeuristic});  // 2048 rows per expert: 128
   check_case({{128, 320, 224, 4}, 4096, RouteMode::kRandom, 205, kWgmma128});
@@ -187,7 +136,7 @@ TEST_F(Sm90Gpu, GptOssShapes) {
   check_case({{32, 2880, 736, 4}, 64, RouteMode::kRandom, 600, kWgmma64});
   check_case({{8, 2880, 2880, 4}, 129, RouteMode::kRandom, 601, kWgmma128});
   check_case({{32, 2880, 736, 4}, 256, RouteMode::kRandom, 607, kWgmma32});
-  if (quick()) return;
+  if (quick_sweep()) return;
   check_case({{32, 2880, 736, 4}, 1000, RouteMode::kRandom, 602, kHeuristic});   // 125 rows per expert: 64
   check_case({{32, 2880, 2880, 4}, 1000, RouteMode::kRandom, 603, kHeuristic});
   check_case({{128, 2880, 736, 1}, 4096, RouteMode::kRandom, 604, kWgmma128});
@@ -196,20 +145,20 @@ TEST_F(Sm90Gpu, GptOssShapes) {
 }
 
 TEST_F(Sm90Gpu, AllTokensOnOneExpert) {
-  check_case({{32, 320, 224, 4}, quick() ? 129 : 1000, RouteMode::kOneExpert, 300, kWgmma128});
-  check_case({{8, 160, 160, 1}, quick() ? 64 : 4096, RouteMode::kOneExpert, 301, kWgmma64});
-  check_case({{8, 160, 160, 4}, quick() ? 64 : 1000, RouteMode::kOneExpert, 302, kWgmma32});
+  check_case({{32, 320, 224, 4}, quick_sweep() ? 129 : 1000, RouteMode::kOneExpert, 300, kWgmma128});
+  check_case({{8, 160, 160, 1}, quick_sweep() ? 64 : 4096, RouteMode::kOneExpert, 301, kWgmma64});
+  check_case({{8, 160, 160, 4}, quick_sweep() ? 64 : 1000, RouteMode::kOneExpert, 302, kWgmma32});
 }
 
 TEST_F(Sm90Gpu, MostExpertsEmpty) {
   check_case({{128, 160, 160, 4}, 3, RouteMode::kFewExperts, 400, kWgmma64});
   check_case({{128, 160, 160, 4}, 65, RouteMode::kFewExperts, 402, kWgmma32});
-  check_case({{128, 320, 224, 4}, quick() ? 64 : 1000, RouteMode::kFewExperts, 401, kWgmma128});
+  check_case({{128, 320, 224, 4}, quick_sweep() ? 64 : 1000, RouteMode::kFewExperts, 401, kWgmma128});
 }
 
 TEST_F(Sm90Gpu, FusedRouter) {
   check_case({{8, 160, 160, 4}, 129, RouteMode::kRouter, 500, kWgmma64});
-  check_case({{128, 320, 224, 4}, quick() ? 64 : 1000, RouteMode::kRouter, 501, kWgmma128});
+  check_case({{128, 320, 224, 4}, quick_sweep() ? 64 : 1000, RouteMode::kRouter, 501, kWgmma128});
 }
 
 TEST_F(Sm90Gpu, ExtremeScales) {
@@ -234,7 +183,7 @@ TEST_F(Sm90Gpu, BitwiseReproducible) {
   const MoeShape s{32, 320, 224, 4};
   const MoeWeights w = make_random_weights(s, 800);
   for (const sm90::Overrides& o : kTiles) {
-    const int64_t T = quick() ? 129 : 1000;
+    const int64_t T = quick_sweep() ? 129 : 1000;
     const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
     const std::unique_ptr<Backend> be = make_backend(w, o);
     ASSERT_TRUE(be);

@@ -51,4 +51,35 @@ inline int64_t max_token_tiles(int64_t tokens, int64_t topk, int64_t experts, in
   return (pairs + tile - 1) / tile + (pairs < experts ? pairs : experts);
 }
 
+// Carves a workspace into 256-byte-aligned pieces, in the order taken.
+struct WorkspaceCursor {
+  size_t off = 0;
+  size_t take(size_t bytes) {
+    const size_t at = off;
+    off += (bytes + 255) / 256 * 256;
+    return at;
+  }
+};
+
+// Workspace offsets of the routing and the tile schedule every CUDA forward
+// keeps: ids / weights [T*k] (the router's output), num_tiles, tile_expert /
+// tile_row [max_tiles], sorted_pair [rows], pair_row [T*k].
+struct ScheduleOffsets {
+  size_t ids = 0, weights = 0, num_tiles = 0, tile_expert = 0, tile_row = 0, sorted_pair = 0, pair_row = 0;
+  int64_t max_tiles = 0, rows = 0;
+};
+inline ScheduleOffsets take_schedule(WorkspaceCursor& ws, int64_t tokens, int64_t topk, int64_t experts, int tile) {
+  ScheduleOffsets s;
+  s.max_tiles = max_token_tiles(tokens, topk, experts, tile);
+  s.rows = s.max_tiles * tile;
+  s.ids = ws.take(size_t(tokens * topk) * 4);
+  s.weights = ws.take(size_t(tokens * topk) * 4);
+  s.num_tiles = ws.take(4);
+  s.tile_expert = ws.take(size_t(s.max_tiles) * 4);
+  s.tile_row = ws.take(size_t(s.max_tiles) * 4);
+  s.sorted_pair = ws.take(size_t(s.rows) * 4);
+  s.pair_row = ws.take(size_t(tokens * topk) * 4);
+  return s;
+}
+
 }  // namespace mxmoe::smxx

@@ -14,15 +14,12 @@
 namespace mxmoe::portable {
 namespace {
 
-// Workspace carve-up (every piece 256-byte aligned).
-struct Layout {
-  size_t ids = 0, weights = 0, num_tiles = 0, tile_expert = 0, tile_row = 0, sorted_pair = 0,
-         pair_row = 0, act = 0, ypair = 0, total = 0;
+// Workspace carve-up (every piece 256-byte aligned): the schedule, then
+// GEMM1's activations and GEMM2's rows.
+struct Layout : smxx::ScheduleOffsets {
+  size_t act = 0, ypair = 0, total = 0;
   int tile = 8;
-  int64_t max_tiles = 0, rows = 0;
 };
-
-size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
 Layout make_layout(const DeviceWeights& w, int64_t T) {
   Layout l;
@@ -33,20 +30,11 @@ Layout make_layout(const DeviceWeights& w, int64_t T) {
     return v ? std::atoi(v) : 0;
   }();
   l.tile = token_tile(T, k, E, override_tile);
-  l.max_tiles = smxx::max_token_tiles(T, k, E, l.tile);
-  l.rows = l.max_tiles * l.tile;
-  size_t off = 0;
-  auto take = [&](size_t bytes) { const size_t at = off; off += align256(bytes); return at; };
-  l.ids = take(size_t(T * k) * 4);
-  l.weights = take(size_t(T * k) * 4);
-  l.num_tiles = take(4);
-  l.tile_expert = take(size_t(l.max_tiles) * 4);
-  l.tile_row = take(size_t(l.max_tiles) * 4);
-  l.sorted_pair = take(size_t(l.rows) * 4);
-  l.pair_row = take(size_t(T * k) * 4);
-  l.act = take(size_t(l.rows * Ip) * 2);
-  l.ypair = take(size_t(l.rows * H) * 4);
-  l.total = off;
+  smxx::WorkspaceCursor ws;
+  static_cast<smxx::ScheduleOffsets&>(l) = smxx::take_schedule(ws, T, k, E, l.tile);
+  l.act = ws.take(size_t(l.rows * Ip) * 2);
+  l.ypair = ws.take(size_t(l.rows * H) * 4);
+  l.total = ws.off;
   return l;
 }
 

@@ -62,35 +62,23 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
   }
 }
 
-// Workspace carve-up (every piece 256-byte aligned).
-struct Layout {
-  size_t ids = 0, weights = 0, num_tiles = 0, tile_expert = 0, tile_row = 0, sorted_pair = 0, row_weight = 0,
-         pair_row = 0, x_packed = 0, act = 0, ypair = 0, total = 0;
-  int64_t max_tiles = 0, rows = 0;
+// Workspace carve-up (every piece 256-byte aligned): the schedule, then the
+// rows' routing weights, the packed x, GEMM1's packed output, GEMM2's rows.
+struct Layout : smxx::ScheduleOffsets {
+  size_t row_weight = 0, x_packed = 0, act = 0, ypair = 0, total = 0;
 };
-
-size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
 Layout make_layout(const DeviceWeights& dw, int64_t T, int tile) {
   const portable::DeviceWeights& w = dw.base;
   Layout l;
   const int64_t E = w.shape.experts, k = w.shape.topk, H = w.shape.hidden;
-  l.max_tiles = smxx::max_token_tiles(T, k, E, tile);
-  l.rows = l.max_tiles * tile;
-  size_t off = 0;
-  auto take = [&](size_t bytes) { const size_t at = off; off += align256(bytes); return at; };
-  l.ids = take(size_t(T * k) * 4);
-  l.weights = take(size_t(T * k) * 4);
-  l.num_tiles = take(4);
-  l.tile_expert = take(size_t(l.max_tiles) * 4);
-  l.tile_row = take(size_t(l.max_tiles) * 4);
-  l.sorted_pair = take(size_t(l.rows) * 4);
-  l.row_weight = take(size_t(l.rows) * 4);
-  l.pair_row = take(size_t(T * k) * 4);
-  l.x_packed = take(size_t(l.rows * w.hidden_padded) * 2);
-  l.act = take(size_t(l.rows * w.intermediate_padded) * 2);
-  l.ypair = take(size_t(l.rows * H) * 4);
-  l.total = off;
+  smxx::WorkspaceCursor ws;
+  static_cast<smxx::ScheduleOffsets&>(l) = smxx::take_schedule(ws, T, k, E, tile);
+  l.row_weight = ws.take(size_t(l.rows) * 4);
+  l.x_packed = ws.take(size_t(l.rows * w.hidden_padded) * 2);
+  l.act = ws.take(size_t(l.rows * w.intermediate_padded) * 2);
+  l.ypair = ws.take(size_t(l.rows * H) * 4);
+  l.total = ws.off;
   return l;
 }
 
