@@ -50,7 +50,7 @@ int run(const InfoOptions& o) {
              shape.intermediate, shape.topk, describe_preparation(shape));
   // What the sm90 backend would run at each token count of the bench sweep.
   const PreparePlan sm90_plan = make_plan(BackendKind::kSm90, shape);
-  fmt::print("\nsm90 configuration per token count (heuristics, not yet tuned on a GPU):\n");
+  fmt::print("\nsm90 configuration per token count (heuristics measured on an H200; docs/PERF.md):\n");
   for (int64_t T : {1, 4, 16, 64, 256, 1024, 4096, 16384})
     fmt::print("  T = {:>5}: {}\n", T,
                sm90::describe(sm90::choose_config(T, shape.topk, shape.experts, sm90_plan.hidden_padded,
