@@ -192,6 +192,31 @@ __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[kSubtiles][2][4], 
   }
 }
 
+// Writes the outputs of one accumulator column: `lo` and `hi` (bias added) are
+// weight rows `row` and `row + 1` for token row `r` of the tile. w13 rows come
+// as (gate_j, up_j) pairs, so GEMM1 applies SwiGLU to the two and writes
+// activation j = row / 2; GEMM2 scales both by the pair's routing weight `rw`.
+template <bool kSwiglu>
+__device__ __forceinline__ void store_columns(const GemmParams& p, int row, int r, float lo, float hi, float rw) {
+  if constexpr (kSwiglu) {
+    // GPT-OSS SwiGLU; comparisons written so a NaN input stays NaN (as
+    // std::min/std::clamp in the reference), which fminf would drop.
+    const float gg = p.limit < lo ? p.limit : lo;
+    const float uu = hi < -p.limit ? -p.limit : (p.limit < hi ? p.limit : hi);
+    const float a = gg / (1.f + expf(-p.alpha * gg)) * (uu + 1.f);
+    p.act_out[int64_t(r) * p.act_out_stride + row / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(a));
+  } else if (row < p.n_valid) {  // n_valid is a multiple of 32: row + 1 is in range too
+    *reinterpret_cast<float2*>(p.y_out + int64_t(r) * p.n_valid + row) = make_float2(rw * lo, rw * hi);
+  }
+}
+
+// A decode block's epilogue inputs, requested before its main loop: the bias
+// of the finishing warp's two weight rows and its token columns' pairs.
+struct EpilogueInputs {
+  float b_lo, b_hi;
+  int pair[2];  // -1 = padding
+};
+
 }  // namespace detail
 
 // Decode (NT == 1): the 8 warps of a block split K over the same 32 weight
@@ -221,6 +246,7 @@ __global__ void __launch_bounds__(GemmConfig<NT>::kWarps * 32, GemmConfig<NT>::k
 sm80_mxfp4_moe_gemm(const GemmParams p) {
   static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8, "token tile is 8*NT with NT in {1,2,4,8}");
   using Cfg = GemmConfig<NT>;
+  using detail::EpilogueInputs;
   constexpr int kW = Cfg::kWarps;
   // Split-K partial sums: [warp][(m*NT + j)*4 + c][lane], lanes contiguous so
   // the reduction reads are free of bank conflicts.
@@ -259,6 +285,23 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     if (pair < 0) arow[j] = nullptr;
     else if (kSwiglu) arow[j] = p.act_in + int64_t(pair / p.topk) * p.act_in_stride;
     else arow[j] = p.act_in + int64_t(r) * p.act_in_stride;
+  }
+
+  // Decode: a block is mostly latency, so the finishing warps request their
+  // epilogue inputs now rather than after the reduction (a DRAM round trip
+  // for the bias off the block's critical path). Warp w finishes fragment
+  // (m, j) = (w / NT, w % NT).
+  EpilogueInputs pre{0.f, 0.f, {-1, -1}};
+  if constexpr (Cfg::kSplitK) {
+    static_assert(!Cfg::kSplitK || kSubtiles * NT <= Cfg::kWarps, "a finishing warp holds one fragment's inputs");
+    if (warp < kSubtiles * NT) {
+      const int m = warp / NT, j = warp % NT;
+      const uint16_t* bias = p.bias + e * p.bias_expert_stride + nb + 16 * m + 2 * g;
+      pre.b_lo = __bfloat162float(__ushort_as_bfloat16(bias[0]));
+      pre.b_hi = __bfloat162float(__ushort_as_bfloat16(bias[1]));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) pre.pair[h] = p.sorted_pair[row0 + 8 * j + 2 * t + h];
+    }
   }
 
   float acc[kSubtiles][NT][4];
@@ -333,23 +376,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
       const int r = row0 + 8 * j + 2 * t + h;
       const int pair = p.sorted_pair[r];
       if (pair < 0) continue;
-      if constexpr (kSwiglu) {
-        // GPT-OSS SwiGLU; comparisons written so a NaN input stays NaN (as
-        // std::min/std::clamp in the reference), which fminf would drop.
-        const float hg = v[h] + b_lo, hu = v[2 + h] + b_hi;
-        const float gg = p.limit < hg ? p.limit : hg;
-        const float uu = hu < -p.limit ? -p.limit : (p.limit < hu ? p.limit : hu);
-        const float a = gg / (1.f + expf(-p.alpha * gg)) * (uu + 1.f);
-        p.act_out[int64_t(r) * p.act_out_stride + row / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(a));
-      } else {
-        if (row < p.n_valid) {
-          const float rw = p.route_w[pair];
-          float2 o;
-          o.x = rw * (v[h] + b_lo);
-          o.y = rw * (v[2 + h] + b_hi);
-          *reinterpret_cast<float2*>(p.y_out + int64_t(r) * p.n_valid + row) = o;
-        }
-      }
+      detail::store_columns<kSwiglu>(p, row, r, v[h] + b_lo, v[2 + h] + b_hi, kSwiglu ? 0.f : p.route_w[pair]);
     }
   };
 
@@ -372,7 +399,12 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         for (int w = 1; w < kW; ++w) sum += red[w][mj * 4 + cc][lane];
         v[cc] = sum;
       }
-      finish(mj / NT, mj % NT, v);
+      const int m = mj / NT, j = mj % NT, row = nb + 16 * m + 2 * g;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (pre.pair[h] >= 0)
+          detail::store_columns<kSwiglu>(p, row, row0 + 8 * j + 2 * t + h, v[h] + pre.b_lo, v[2 + h] + pre.b_hi,
+                                         kSwiglu ? 0.f : p.route_w[pre.pair[h]]);
     }
   } else {
 #pragma unroll
