@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call on a machine with 2+ GPUs: build (sm_90a, reusing $BUILD_DIR when it
-# was configured from this checkout), the multi-GPU layer's GPU tests, one
-# 1-rank case under compute-sanitizer memcheck, and `mxmoe bench --tp 2` and
-# `--ep 2` for gpt-oss-20b and -120b (random weights). Stays under 8 minutes:
+# was configured from this checkout), the multi-GPU layer's GPU tests, the
+# 1-rank cases under compute-sanitizer memcheck, and `mxmoe bench --tp 2` and
+# `--ep 2` for gpt-oss-20b and -120b (random weights; --backend auto, so tensor
+# parallel runs sm90 on SM90 GPUs). Stays under 8 minutes:
 # each step's time limit is cut to what is left. Logs go to $OUT (7 files).
 # Usage (repository root): bash scripts/gpu-multi-check.sh
 # Env: BUILD_DIR (default /tmp/build), OUT (default /tmp/gpu-multi-check-out),
@@ -49,9 +50,9 @@ t0=$(date +%s)
 # NCCL's own start-up probes kernels it has no image for and handles the API
 # error; --report-api-errors no keeps those out (memory errors still count).
 MXMOE_TEST_QUICK=1 timeout "$(limit 120)" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$T" \
-  --gtest_filter='ParallelGpu.OneRankTensorAndExpert:ParallelGpu.DispatchKernelsMatchTheHostPlan' \
+  --gtest_filter='ParallelGpu.OneRankTensorAndExpert:ParallelGpu.TensorParallelSm90OneRank:ParallelGpu.DispatchKernelsMatchTheHostPlan' \
   > "$OUT/memcheck.log" 2>&1
-say "memcheck (1 rank TP and EP; dispatch kernels): rc=$? ($(( $(date +%s) - t0 )) s):" \
+say "memcheck (1 rank TP and EP, 1 rank TP on sm90; dispatch kernels): rc=$? ($(( $(date +%s) - t0 )) s):" \
   "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 
 : > "$OUT/bench.txt"

@@ -254,7 +254,13 @@ TEST(ParallelConfig, RefusesWhatCannotRun) {
   EXPECT_FALSE(check(ParallelMode::kTensor, 2, {-1, 0}).ok());
   const Status cpu = check(ParallelMode::kTensor, 2, {}, BackendKind::kCpu);
   EXPECT_EQ(cpu.code(), StatusCode::kUnsupported);
-  EXPECT_NE(cpu.message().find("portable"), std::string::npos) << cpu.message();
+  EXPECT_NE(cpu.message().find("portable or sm90"), std::string::npos) << cpu.message();
+  EXPECT_TRUE(check(ParallelMode::kTensor, 2, {}, BackendKind::kSm90).ok());  // devices checked at creation
+  const Status ep_sm90 = check(ParallelMode::kExpert, 2, {}, BackendKind::kSm90);
+  EXPECT_EQ(ep_sm90.code(), StatusCode::kUnsupported);
+  EXPECT_NE(ep_sm90.message().find("ep: the multi-GPU layer runs portable, not sm90"), std::string::npos)
+      << ep_sm90.message();
+  EXPECT_FALSE(check(ParallelMode::kTensor, 2, {}, BackendKind::kSm100).ok());
 }
 
 TEST(ParallelConfig, CreationFailsCleanlyWithoutTheDevices) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "mxmoe/backend.h"
@@ -42,7 +43,8 @@ struct ParallelConfig {
   ParallelMode mode = ParallelMode::kTensor;
   int size = 1;                // ranks, one GPU each
   std::vector<int> devices;    // CUDA device of each rank; empty: 0 .. size-1
-  BackendKind backend = BackendKind::kPortable;  // the only one that runs sharded today
+  // Each rank's single-GPU forward: portable (tp, ep) or sm90 (tp, SM90 GPUs).
+  BackendKind backend = BackendKind::kPortable;
 };
 
 // Timing of one forward across the ranks (see ParallelLayer::time_forward).
@@ -77,8 +79,16 @@ class ParallelLayer {
 
 // Checks what needs no device: size in {1, 2, 4, 8} for tensor parallel, a
 // divisor of E (at most kMaxParallelRanks) for expert parallel, `devices`
-// empty or `size` distinct non-negative ids, the portable backend, a valid shape.
+// empty or `size` distinct non-negative ids, the portable backend (or sm90 for
+// tensor parallel), a valid shape.
 Status validate_parallel_config(const ParallelConfig& config, const MoeShape& shape);
+
+// The backend a layer runs for `requested` (a backend name, or "auto"): auto
+// takes this process's single-GPU choice where the layer can run it (sm90
+// under tensor parallel), else portable. Names the layer cannot run are
+// refused later by validate_parallel_config.
+Status choose_parallel_backend(std::string_view requested, ParallelMode mode, const MoeShape& shape,
+                               BackendKind* out);
 
 // Validates, checks the build has NCCL and the host has the devices, shards
 // and uploads `weights` (original, unpadded) and creates the communicators.

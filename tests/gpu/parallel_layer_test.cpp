@@ -1,5 +1,6 @@
 // The multi-GPU layer (tensor and expert parallel over NCCL) against the
-// single-GPU portable backend and the CPU reference, and the expert-parallel
+// single-GPU backend its ranks run (portable; sm90 for tensor parallel on
+// SM90 GPUs) and the CPU reference, and the expert-parallel
 // kernels against the host dispatch plan. Cases needing more GPUs than are
 // visible skip, saying how many they need. MXMOE_TEST_QUICK=1 keeps a reduced
 // sweep (for compute-sanitizer runs).
@@ -26,6 +27,9 @@ TEST(ParallelGpu, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has 
 
 #include "cuda/parallel/smxx_ep_dispatch.h"
 #include "cuda/portable/portable_backend.h"
+#ifdef MXMOE_WITH_SM90
+#include "cuda/sm90/sm90_backend.h"
+#endif
 #include "parallel/expert_dispatch.h"
 
 namespace mxmoe {
@@ -67,31 +71,58 @@ std::vector<Scenario> scenarios() {
           {{32, 2880, 2880, 4}, {1, 3, 129}, {RouteMode::kOneExpert, RouteMode::kLowExperts}}};
 }
 
-std::unique_ptr<ParallelLayer> make_layer(const MoeWeights& w, ParallelMode mode, int size) {
+// Skips the test unless `n` GPUs are visible, the first n are SM90 and the
+// build has the sm90 backend.
+#ifdef MXMOE_WITH_SM90
+#define SKIP_WITHOUT_SM90_GPUS(n)                                                           \
+  do {                                                                                      \
+    SKIP_WITHOUT_GPUS(n);                                                                   \
+    const std::vector<DeviceInfo> mxmoe_devs_ = list_devices();                             \
+    for (int i = 0; i < (n); ++i)                                                           \
+      if (mxmoe_devs_[size_t(i)].sm != 90)                                                  \
+        GTEST_SKIP() << "GPU test skipped: device " << i << " is SM" << mxmoe_devs_[size_t(i)].sm \
+                     << ", the sm90 backend needs SM90";                                    \
+  } while (0)
+#else
+#define SKIP_WITHOUT_SM90_GPUS(n) GTEST_SKIP() << "GPU test skipped: this build has no sm_90a code"
+#endif
+
+std::unique_ptr<ParallelLayer> make_layer(const MoeWeights& w, ParallelMode mode, int size,
+                                          BackendKind backend = BackendKind::kPortable) {
   ParallelConfig c;
   c.mode = mode;
   c.size = size;
+  c.backend = backend;
   std::unique_ptr<ParallelLayer> layer;
   const Status s = create_parallel_layer(w.view(), c, &layer);
   EXPECT_TRUE(s.ok()) << s.message();
   return layer;
 }
 
+// The single-GPU backend the layer's ranks run.
+Status create_single_gpu(BackendKind backend, const MoeWeightsView& w, std::unique_ptr<Backend>* out) {
+#ifdef MXMOE_WITH_SM90
+  if (backend == BackendKind::kSm90) return create_sm90_backend(w, out);
+#endif
+  return create_portable_backend(w, out);
+}
+
 // Every scenario through the layer, the single-GPU backend and the reference.
-void check_against_single_gpu(ParallelMode mode, int size) {
+void check_against_single_gpu(ParallelMode mode, int size, BackendKind backend = BackendKind::kPortable) {
   uint64_t seed = 100;
   for (const Scenario& sc : scenarios()) {
     const MoeShape& s = sc.shape;
     const MoeWeights w = make_random_weights(s, seed);
-    std::unique_ptr<ParallelLayer> layer = make_layer(w, mode, size);
+    std::unique_ptr<ParallelLayer> layer = make_layer(w, mode, size, backend);
     std::unique_ptr<Backend> single;
-    const Status cs = create_portable_backend(w.view(), &single);
+    const Status cs = create_single_gpu(backend, w.view(), &single);
     ASSERT_TRUE(cs.ok()) << cs.message();
     ASSERT_TRUE(layer);
     for (int64_t T : sc.tokens) {
       for (RouteMode m : sc.modes) {
         ++seed;
-        const std::string what = std::string(parallel_mode_name(mode)) + " " + std::to_string(size) +
+        const std::string what = std::string(parallel_mode_name(mode)) + " " + std::to_string(size) + " " +
+                                 backend_name(backend) +
                                  " E=" + std::to_string(s.experts) + " H=" + std::to_string(s.hidden) +
                                  " I=" + std::to_string(s.intermediate) + " T=" + std::to_string(T) + " " +
                                  route_mode_name(m) + " seed=" + std::to_string(seed);
@@ -127,6 +158,16 @@ TEST(ParallelGpu, TensorParallel2) {
 TEST(ParallelGpu, TensorParallel4) {
   SKIP_WITHOUT_GPUS(4);
   check_against_single_gpu(ParallelMode::kTensor, 4);
+}
+
+TEST(ParallelGpu, TensorParallelSm90OneRank) {
+  SKIP_WITHOUT_SM90_GPUS(1);
+  check_against_single_gpu(ParallelMode::kTensor, 1, BackendKind::kSm90);
+}
+
+TEST(ParallelGpu, TensorParallelSm90TwoRanks) {
+  SKIP_WITHOUT_SM90_GPUS(2);
+  check_against_single_gpu(ParallelMode::kTensor, 2, BackendKind::kSm90);
 }
 
 TEST(ParallelGpu, ExpertParallel2) {

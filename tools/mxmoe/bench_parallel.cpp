@@ -25,15 +25,16 @@ Status bench_parallel_model(const std::string& name, const MoeShape& shape, cons
   ParallelConfig config;
   config.mode = b.mode;
   config.size = b.size;
+  config.backend = b.backend;
   std::unique_ptr<ParallelLayer> layer;
   MXMOE_RETURN_IF_ERROR(create_parallel_layer(weights.view(), config, &layer));
   std::unique_ptr<Backend> single;
-  MXMOE_RETURN_IF_ERROR(create_backend(BackendKind::kPortable, weights.view(), &single));
+  MXMOE_RETURN_IF_ERROR(create_backend(b.backend, weights.view(), &single));
   const ParallelConfig& c = layer->config();
   const std::string label = fmt::format("{}{}", parallel_mode_name(c.mode), c.size);
 
-  fmt::print("{}: E={} H={} I={} top-{}; {} over devices {} against one GPU (portable)\n", name, shape.experts,
-             shape.hidden, shape.intermediate, shape.topk, label, fmt::join(c.devices, ", "));
+  fmt::print("{}: E={} H={} I={} top-{}; {} over devices {} against one GPU ({})\n", name, shape.experts,
+             shape.hidden, shape.intermediate, shape.topk, label, fmt::join(c.devices, ", "), backend_name(c.backend));
   fmt::print("{:>7} {:>11} {:>11} {:>8} {:>7} {:>10} {:>9}\n", "T", "one_gpu_us", label + "_us", "speedup", "comm",
              "floor_us", "of_floor");
   nlohmann::json rows = nlohmann::json::array();

@@ -16,6 +16,7 @@ namespace mxmoe::cli {
 struct ParallelBench {
   ParallelMode mode;
   int size;
+  BackendKind backend;  // each rank's, and the one-GPU baseline's
   std::vector<int64_t> tokens;
   int routing_sets;
   int iterations;

@@ -67,9 +67,10 @@ int run(const BenchOptions& o) {
   for (size_t m = 0; m < models.size(); ++m) {
     const auto& [name, shape] = models[m];
     if (o.tp > 0 || o.ep > 0) {
-      if (o.backend != "auto" && o.backend != "portable")
-        return fail(Status::Unsupported("--tp/--ep time the portable backend, not " + o.backend));
-      const ParallelBench pb{o.tp > 0 ? ParallelMode::kTensor : ParallelMode::kExpert, o.tp > 0 ? o.tp : o.ep,
+      const ParallelMode mode = o.tp > 0 ? ParallelMode::kTensor : ParallelMode::kExpert;
+      BackendKind backend = BackendKind::kPortable;
+      if (Status s = choose_parallel_backend(o.backend, mode, shape, &backend); !s.ok()) return fail(s);
+      const ParallelBench pb{mode, o.tp > 0 ? o.tp : o.ep, backend,
                              o.tokens.empty() ? gpu_tokens(o.quick) : o.tokens, o.routing_sets,
                              o.iterations > 0 ? o.iterations : 200, o.seed};
       nlohmann::json entry;

@@ -33,13 +33,7 @@ int run_parallel(const ParallelRun& run, const MoeWeightsView& w, const std::vec
   ParallelConfig config;
   config.mode = run.mode;
   config.size = run.size;
-  if (run.backend != "auto") {
-    const std::optional<BackendKind> kind = parse_backend_name(run.backend);
-    if (!kind)
-      return fail(Status::InvalidArgument(
-          fmt::format("unknown backend '{}'; valid: {}", run.backend, valid_backend_names())));
-    config.backend = *kind;
-  }
+  if (Status s = choose_parallel_backend(run.backend, run.mode, shape, &config.backend); !s.ok()) return fail(s);
   std::unique_ptr<ParallelLayer> layer;
   if (Status s = create_parallel_layer(w, config, &layer); !s.ok()) return fail(s);
   const ParallelConfig& c = layer->config();
@@ -55,11 +49,11 @@ int run_parallel(const ParallelRun& run, const MoeWeightsView& w, const std::vec
 
   // The same forward on one GPU: this thread's current device.
   std::unique_ptr<Backend> single;
-  if (Status s = create_backend(BackendKind::kPortable, w, &single); !s.ok()) return fail(s);
+  if (Status s = create_backend(c.backend, w, &single); !s.ok()) return fail(s);
   if (Status s = timed([&] { return single->forward_host(x.data(), T, nullptr, one.data()); }, &one_ms); !s.ok())
     return fail(s);
   const Comparison vs_one = compare_outputs(y, one);
-  print_comparison(fmt::format("check: rel L2 vs one GPU (portable, {:.3f} ms)", one_ms).c_str(), vs_one);
+  print_comparison(fmt::format("check: rel L2 vs one GPU ({}, {:.3f} ms)", backend_name(c.backend), one_ms).c_str(), vs_one);
   bool ok = vs_one.ok();
   if (run.check) {
     Comparison vs_ref;

@@ -1,5 +1,6 @@
 // mxmoe run --tp N / --ep N: one forward across N GPUs, compared with the
-// same forward on one GPU (portable) and, with --check, the fp64 reference.
+// same forward on one GPU (the same backend) and, with --check, the fp64
+// reference.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@ namespace mxmoe::cli {
 struct ParallelRun {
   ParallelMode mode;
   int size;
-  std::string backend;  // --backend: "auto" means portable
+  std::string backend;  // --backend (choose_parallel_backend)
   bool check;
   std::string output;
 };

@@ -1,6 +1,7 @@
 // Tensor-parallel layer: rank r holds intermediate columns [r Ir, (r+1) Ir) of
 // every expert (shard_tensor_parallel; b2 on rank 0 only) and runs the whole
-// portable forward on all tokens, so y_r is a partial sum of the output; an
+// single-GPU forward of the configured backend (portable, or sm90 on SM90
+// GPUs) on all tokens, so y_r is a partial sum of the output; an
 // fp32 all-reduce (sum) of y in place gives every rank the full y. The router
 // is replicated: every rank routes the same x with the same weights on the
 // same kernel, so all ranks pick the same experts and weights.
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 #include <nccl.h>
 
 #include "cuda/parallel/device_array.h"
@@ -17,24 +19,36 @@
 #include "cuda/parallel/rank_group.h"
 #include "cuda/parallel/ranked_layer.h"
 #include "cuda/portable/portable_backend.h"
+#ifdef MXMOE_WITH_SM90
+#include "cuda/sm90/sm90_backend.h"
+#endif
 #include "parallel/timing_summary.h"
 
 namespace mxmoe::parallel {
 namespace {
 
 struct TpRank {
-  portable::UploadedWeights weights;
+  std::unique_ptr<smxx::DeviceForward> forward;  // the backend's forward over this rank's shard
   cudaStream_t stream = nullptr;
   DeviceArray<uint16_t> x;   // bf16 [T, H]
   DeviceArray<float> y;      // fp32 [T, H]: the partial, then (all-reduced) the sum
   DeviceArray<int32_t> ids;  // caller's or timing routing, [sets][T, k]
   DeviceArray<float> rw;
-  DeviceArray<uint8_t> ws;   // portable workspace
+  DeviceArray<uint8_t> ws;   // the forward's workspace
   DeviceArray<float> scratch;  // start_together's float
   ~TpRank() {
     if (stream) cudaStreamDestroy(stream);
   }
 };
+
+// The configured backend's forward over a shard, on the current device.
+Status make_rank_forward(BackendKind backend, const PreparedWeights& shard, std::unique_ptr<smxx::DeviceForward>* out) {
+#ifdef MXMOE_WITH_SM90
+  if (backend == BackendKind::kSm90) return sm90::make_forward(shard, 0, sm90::Overrides{}, out);
+#endif
+  if (backend == BackendKind::kPortable) return portable::make_forward(shard, 0, out);
+  return Status::Unsupported(fmt::format("tp: the {} backend is not built for the multi-GPU layer", backend_name(backend)));
+}
 
 // Instantiated graphs of one rank, destroyed with the set.
 struct GraphSet {
@@ -52,9 +66,9 @@ class TpLayer final : public RankedLayer<TpRank> {
   Status init(const MoeWeightsView& w) {
     return group_->run([&](int r) -> Status {
       WeightShard shard;
-      MXMOE_RETURN_IF_ERROR(shard_tensor_parallel(BackendKind::kPortable, w, r, config_.size, &shard));
+      MXMOE_RETURN_IF_ERROR(shard_tensor_parallel(config_.backend, w, r, config_.size, &shard));
       auto k = std::make_unique<TpRank>();
-      MXMOE_RETURN_IF_ERROR(portable::upload_weights(shard.prepared, 0, &k->weights));
+      MXMOE_RETURN_IF_ERROR(make_rank_forward(config_.backend, shard.prepared, &k->forward));
       PARALLEL_CUDA(cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking));
       MXMOE_RETURN_IF_ERROR(k->scratch.reserve(1));
       PARALLEL_CUDA(cudaMemset(k->scratch.get(), 0, sizeof(float)));
@@ -90,19 +104,19 @@ class TpLayer final : public RankedLayer<TpRank> {
     MXMOE_RETURN_IF_ERROR(k.y.reserve(n));
     MXMOE_RETURN_IF_ERROR(k.ids.reserve(nr));
     MXMOE_RETURN_IF_ERROR(k.rw.reserve(nr));
-    return k.ws.reserve(portable::workspace_bytes(k.weights.view, tokens));
+    return k.ws.reserve(k.forward->workspace_bytes(tokens));
   }
 
   // The rank's partial forward on x, then (with all_reduce) the sum over ranks.
   Status enqueue(int r, int64_t tokens, const int32_t* ids, const float* rw, bool all_reduce) {
     TpRank& k = *ranks_[size_t(r)];
-    portable::ForwardArgs a;
+    smxx::ForwardArgs a;
     a.x = k.x.get();
     a.tokens = tokens;
     a.topk_ids = ids;
     a.topk_weights = rw;
     a.y = k.y.get();
-    MXMOE_RETURN_IF_ERROR(portable::moe_forward(k.weights.view, a, k.ws.get(), k.ws.bytes(), k.stream));
+    MXMOE_RETURN_IF_ERROR(k.forward->forward(a, k.ws.get(), k.ws.bytes(), k.stream));
     if (!all_reduce) return Status::Ok();
     return nccl_check(ncclAllReduce(k.y.get(), k.y.get(), size_t(tokens * shape_.hidden), ncclFloat32, ncclSum,
                                     group_->comm(r), k.stream),

@@ -119,6 +119,14 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
   return Status::Ok();
 }
 
+Status portable::make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes,
+                              std::unique_ptr<smxx::DeviceForward>* out) {
+  portable::UploadedWeights up;
+  MXMOE_RETURN_IF_ERROR(portable::upload_weights(prepared, poison_margin_bytes, &up));
+  *out = std::make_unique<PortableForward>(std::move(up));
+  return Status::Ok();
+}
+
 Status create_portable_backend(const MoeWeightsView& weights, const PortableOptions& options,
                                std::unique_ptr<Backend>* out) {
   if (!out) return Status::InvalidArgument("portable: null output");
@@ -135,11 +143,10 @@ Status create_portable_backend(const MoeWeightsView& weights, const PortableOpti
   const int64_t margin = (std::max<int64_t>(options.poison_margin_bytes, 0) + 255) / 256 * 256;
   PreparedWeights prep;
   MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(BackendKind::kPortable, weights.shape), weights, &prep));
-  portable::UploadedWeights up;
-  MXMOE_RETURN_IF_ERROR(portable::upload_weights(prep, margin, &up));
-  const bool has_router = up.view.router_weight != nullptr;
-  return smxx::make_device_backend(BackendKind::kPortable, weights.shape, has_router, margin,
-                                   std::make_unique<PortableForward>(std::move(up)), out);
+  std::unique_ptr<smxx::DeviceForward> forward;
+  MXMOE_RETURN_IF_ERROR(portable::make_forward(prep, margin, &forward));
+  const bool has_router = !prep.weights.router_weight.empty();
+  return smxx::make_device_backend(BackendKind::kPortable, weights.shape, has_router, margin, std::move(forward), out);
 }
 
 Status create_portable_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out) {

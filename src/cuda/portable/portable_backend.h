@@ -38,6 +38,11 @@ struct UploadedWeights {
 Status upload_weights(const PreparedWeights& prepared, int64_t poison_margin_bytes,
                       UploadedWeights* out);
 
+// Uploads `prepared` (a portable plan or shard) and returns the portable
+// forward over it on the current device.
+Status make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes,
+                    std::unique_ptr<smxx::DeviceForward>* out);
+
 }  // namespace portable
 
 }  // namespace mxmoe

@@ -72,17 +72,24 @@ Status create_sm90_backend(const MoeWeightsView& weights, const Sm90Options& opt
   MXMOE_RETURN_IF_ERROR(cuda_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "attribute"));
   if (major != 9 || minor != 0)
     return Status::Unsupported(fmt::format("sm90: needs an SM90 GPU, device {} is SM{}{}", dev, major, minor));
-  MXMOE_RETURN_IF_ERROR(sm90::init_kernels());
   const int64_t margin = (std::max<int64_t>(options.device.poison_margin_bytes, 0) + 255) / 256 * 256;
   PreparedWeights prep;
   MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(BackendKind::kSm90, weights.shape), weights, &prep));
-  const bool w13_large = any_large_scale(prep.weights.w13_scales), w2_large = any_large_scale(prep.weights.w2_scales);
+  std::unique_ptr<smxx::DeviceForward> forward;
+  MXMOE_RETURN_IF_ERROR(sm90::make_forward(prep, margin, options.overrides, &forward));
+  const bool has_router = !prep.weights.router_weight.empty();
+  return smxx::make_device_backend(BackendKind::kSm90, weights.shape, has_router, margin, std::move(forward), out);
+}
+
+Status sm90::make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes, const Overrides& overrides,
+                          std::unique_ptr<smxx::DeviceForward>* out) {
+  MXMOE_RETURN_IF_ERROR(init_kernels());
+  const bool w13_large = any_large_scale(prepared.weights.w13_scales);
+  const bool w2_large = any_large_scale(prepared.weights.w2_scales);
   portable::UploadedWeights up;
-  MXMOE_RETURN_IF_ERROR(portable::upload_weights(prep, margin, &up));
-  const bool has_router = up.view.router_weight != nullptr;
-  return smxx::make_device_backend(
-      BackendKind::kSm90, weights.shape, has_router, margin,
-      std::make_unique<Sm90Forward>(std::move(up), w13_large, w2_large, overrides_from_env(options.overrides)), out);
+  MXMOE_RETURN_IF_ERROR(portable::upload_weights(prepared, poison_margin_bytes, &up));
+  *out = std::make_unique<Sm90Forward>(std::move(up), w13_large, w2_large, overrides_from_env(overrides));
+  return Status::Ok();
 }
 
 Status create_sm90_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out) {

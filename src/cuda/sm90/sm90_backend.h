@@ -7,6 +7,7 @@
 #include "cuda/common/device_backend.h"
 #include "cuda/sm90/heuristics.h"
 #include "mxmoe/backend.h"
+#include "mxmoe/prepare.h"
 
 namespace mxmoe {
 
@@ -22,5 +23,15 @@ struct Sm90Options {
 // device, which must be an SM90 GPU.
 Status create_sm90_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out);
 Status create_sm90_backend(const MoeWeightsView& weights, const Sm90Options& options, std::unique_ptr<Backend>* out);
+
+namespace sm90 {
+
+// Uploads `prepared` (an sm90 plan or shard) and returns the sm90 forward
+// over it on the current device, which must be an SM90 GPU; `overrides` as in
+// Sm90Options.
+Status make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes, const Overrides& overrides,
+                    std::unique_ptr<smxx::DeviceForward>* out);
+
+}  // namespace sm90
 
 }  // namespace mxmoe
