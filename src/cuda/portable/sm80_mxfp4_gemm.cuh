@@ -293,7 +293,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   // (m, j) = (w / NT, w % NT).
   EpilogueInputs pre{0.f, 0.f, {-1, -1}};
   if constexpr (Cfg::kSplitK) {
-    static_assert(!Cfg::kSplitK || kSubtiles * NT <= Cfg::kWarps, "a finishing warp holds one fragment's inputs");
+    static_assert(kSubtiles * NT <= Cfg::kWarps, "a finishing warp holds one fragment's inputs");
     if (warp < kSubtiles * NT) {
       const int m = warp / NT, j = warp % NT;
       const uint16_t* bias = p.bias + e * p.bias_expert_stride + nb + 16 * m + 2 * g;
