@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "mxmoe/dispatch.h"
 #include "mxmoe/parallel.h"
 #include "mxmoe/prepare.h"
 #include "mxmoe/reference.h"
@@ -261,6 +262,28 @@ TEST(ParallelConfig, RefusesWhatCannotRun) {
   EXPECT_NE(ep_sm90.message().find("ep: the multi-GPU layer runs portable, not sm90"), std::string::npos)
       << ep_sm90.message();
   EXPECT_FALSE(check(ParallelMode::kTensor, 2, {}, BackendKind::kSm100).ok());
+}
+
+TEST(ParallelConfig, BackendChoice) {
+  const MoeShape shape{32, 2880, 2880, 4};
+  BackendKind b = BackendKind::kCpu;
+  ASSERT_TRUE(choose_parallel_backend("portable", ParallelMode::kExpert, shape, &b).ok());
+  EXPECT_EQ(b, BackendKind::kPortable);
+  ASSERT_TRUE(choose_parallel_backend("sm90", ParallelMode::kTensor, shape, &b).ok());
+  EXPECT_EQ(b, BackendKind::kSm90);
+  // Expert parallel runs portable whatever the device.
+  ASSERT_TRUE(choose_parallel_backend("auto", ParallelMode::kExpert, shape, &b).ok());
+  EXPECT_EQ(b, BackendKind::kPortable);
+  // Tensor parallel follows this process's single-GPU choice where it is sm90.
+  DispatchResult single;
+  const bool sm90_here = choose_backend_for_this_process("auto", shape, &single).ok() &&
+                         single.backend == BackendKind::kSm90;
+  ASSERT_TRUE(choose_parallel_backend("", ParallelMode::kTensor, shape, &b).ok());
+  EXPECT_EQ(b, sm90_here ? BackendKind::kSm90 : BackendKind::kPortable);
+  const Status bad = choose_parallel_backend("tpu", ParallelMode::kTensor, shape, &b);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("auto, portable or sm90"), std::string::npos) << bad.message();
+  EXPECT_FALSE(choose_parallel_backend("auto", ParallelMode::kTensor, shape, nullptr).ok());
 }
 
 TEST(ParallelConfig, CreationFailsCleanlyWithoutTheDevices) {

@@ -60,7 +60,9 @@ Status choose_parallel_backend(std::string_view requested, ParallelMode mode, co
     return Status::Ok();
   }
   const std::optional<BackendKind> kind = parse_backend_name(requested);
-  if (!kind) return Status::InvalidArgument(fmt::format("unknown backend '{}'", requested));
+  if (!kind)
+    return Status::InvalidArgument(
+        fmt::format("unknown backend '{}'; the multi-GPU layer runs auto, portable or sm90", requested));
   *out = *kind;
   return Status::Ok();
 }
