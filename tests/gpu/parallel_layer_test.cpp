@@ -27,9 +27,6 @@ TEST(ParallelGpu, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has 
 
 #include "cuda/parallel/smxx_ep_dispatch.h"
 #include "cuda/portable/portable_backend.h"
-#ifdef MXMOE_WITH_SM90
-#include "cuda/sm90/sm90_backend.h"
-#endif
 #include "parallel/expert_dispatch.h"
 
 namespace mxmoe {
@@ -99,14 +96,6 @@ std::unique_ptr<ParallelLayer> make_layer(const MoeWeights& w, ParallelMode mode
   return layer;
 }
 
-// The single-GPU backend the layer's ranks run.
-Status create_single_gpu(BackendKind backend, const MoeWeightsView& w, std::unique_ptr<Backend>* out) {
-#ifdef MXMOE_WITH_SM90
-  if (backend == BackendKind::kSm90) return create_sm90_backend(w, out);
-#endif
-  return create_portable_backend(w, out);
-}
-
 // Every scenario through the layer, the single-GPU backend and the reference.
 void check_against_single_gpu(ParallelMode mode, int size, BackendKind backend = BackendKind::kPortable) {
   uint64_t seed = 100;
@@ -115,7 +104,7 @@ void check_against_single_gpu(ParallelMode mode, int size, BackendKind backend =
     const MoeWeights w = make_random_weights(s, seed);
     std::unique_ptr<ParallelLayer> layer = make_layer(w, mode, size, backend);
     std::unique_ptr<Backend> single;
-    const Status cs = create_single_gpu(backend, w.view(), &single);
+    const Status cs = create_backend(backend, w.view(), &single);  // what the ranks run, on one GPU
     ASSERT_TRUE(cs.ok()) << cs.message();
     ASSERT_TRUE(layer);
     for (int64_t T : sc.tokens) {
