@@ -25,7 +25,9 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
 }
 
 TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
-  EXPECT_EQ(token_tile(64, 4, 32), 32);      // 8 rows per expert
+  EXPECT_EQ(token_tile(64, 4, 32), 16);      // 8 rows per expert
+  EXPECT_EQ(token_tile(80, 4, 32), 16);      // 10
+  EXPECT_EQ(token_tile(88, 4, 32), 32);      // 11
   EXPECT_EQ(token_tile(248, 4, 32), 32);     // 31
   EXPECT_EQ(token_tile(256, 4, 32), 64);     // 32
   EXPECT_EQ(token_tile(1016, 4, 32), 64);    // 127
@@ -43,8 +45,9 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
   EXPECT_EQ(pipeline_stages(128, 2944), 5);
   EXPECT_EQ(pipeline_stages(64, 2944), 8);
   EXPECT_EQ(pipeline_stages(32, 2944), 8);
+  EXPECT_EQ(pipeline_stages(16, 2944), 8);
   EXPECT_EQ(pipeline_stages(128, 256), 5);
-  for (int bn : {32, 64, 128})
+  for (int bn : {16, 32, 64, 128})
     for (int64_t kp : {128, 256, 768, 2944, 3072, 8192}) {
       const int s = pipeline_stages(bn, kp);
       ASSERT_GE(s, 2) << bn << " " << kp;
@@ -59,7 +62,7 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
 TEST(Sm90Heuristics, OverridesAndDescription) {
   const Config forced = choose_config(1, 4, 32, 2944, 2944, {2, 0});
   EXPECT_EQ(forced.path, Path::kWgmma);
-  EXPECT_EQ(forced.token_tile, 32);  // 1 row per expert
+  EXPECT_EQ(forced.token_tile, 16);  // 1 row per expert
   EXPECT_EQ(choose_config(16384, 4, 32, 2944, 2944, {1, 0}).path, Path::kPortableDecode);
   const Config c = choose_config(16384, 4, 32, 2944, 2944);
   EXPECT_EQ(c.path, Path::kWgmma);

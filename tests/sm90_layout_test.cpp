@@ -51,7 +51,7 @@ TEST(Sm90Layout, OperandKOrderIsABijectionMatchingTheFragments) {
 }
 
 TEST(Sm90Layout, StageImageIsTheSwizzledKMajorOperand) {
-  for (int bn : {32, 64, 128}) {
+  for (int bn : {16, 32, 64, 128}) {
     std::vector<int> owner(size_t(stage_bytes(bn) / 2), -1);
     for (int n = 0; n < bn; ++n)
       for (int k = 0; k < kChunk; ++k) {
@@ -88,7 +88,7 @@ TEST(Sm90Layout, PackedTensorIsStagesBackToBack) {
 TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
   // The pack kernel's 16-byte formation against packed_offset element by element.
   std::mt19937 rng(7);
-  for (int bn : {32, 64, 128}) {
+  for (int bn : {16, 32, 64, 128}) {
     const int n = bn - 3;
     std::vector<uint16_t> x(kChunk);
     for (auto& v : x) v = uint16_t(rng());
@@ -106,7 +106,7 @@ TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
 
 TEST(Sm90Layout, DescriptorFields) {
   const uint32_t stage = 3 * 1024 + 65536;
-  for (int bn : {32, 64, 128})
+  for (int bn : {16, 32, 64, 128})
     for (int s = 0; s < 8; ++s) {
       const uint64_t d = b_descriptor(stage, bn, s);
       EXPECT_EQ((d & 0x3FFF) << 4, stage + uint32_t((s / 4) * bn * 128 + (s % 4) * 32));
@@ -147,7 +147,7 @@ TEST(Sm90Layout, AccumulatorFragment) {
 }
 
 TEST(Sm90Layout, SharedMemoryCarveUp) {
-  for (int bn : {32, 64, 128})
+  for (int bn : {16, 32, 64, 128})
     for (int kp : {256, 2944, 8192})
       for (int stages = 2; stages <= 8; ++stages) {
         const SmemLayout l = smem_layout(bn, kp, stages);
@@ -298,8 +298,8 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, Sm90DataPath,
-                         ::testing::Values(TileCase{64, 128, 0}, TileCase{64, 384, 1}, TileCase{128, 256, 1},
-                                           TileCase{128, 384, 0}));
+                         ::testing::Values(TileCase{16, 256, 1}, TileCase{32, 128, 0}, TileCase{64, 128, 0},
+                                           TileCase{64, 384, 1}, TileCase{128, 256, 1}, TileCase{128, 384, 0}));
 
 }  // namespace
 }  // namespace mxmoe::sm90

@@ -94,8 +94,8 @@ std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) 
   return expect_matches_reference(*be, w, x, c.tokens, c.mode, c.seed + 2);
 }
 
-constexpr sm90::Overrides kWgmma32{2, 32}, kWgmma64{2, 64}, kWgmma128{2, 128}, kHeuristic{};
-constexpr sm90::Overrides kTiles[] = {kWgmma32, kWgmma64, kWgmma128};
+constexpr sm90::Overrides kWgmma16{2, 16}, kWgmma32{2, 32}, kWgmma64{2, 64}, kWgmma128{2, 128}, kHeuristic{};
+constexpr sm90::Overrides kTiles[] = {kWgmma16, kWgmma32, kWgmma64, kWgmma128};
 
 class Sm90Gpu : public ::testing::Test {
  protected:
@@ -112,7 +112,7 @@ TEST_F(Sm90Gpu, SmallShapeTokenSweep) {
   for (int64_t T : Ts) {
     if (quick_sweep() && T > 129) continue;
     for (int64_t k : {1, 4}) {
-      check_case({{8, 160, 160, k}, T, RouteMode::kRandom, uint64_t(100 + i), kTiles[i % 3]});
+      check_case({{8, 160, 160, k}, T, RouteMode::kRandom, uint64_t(100 + i), kTiles[i % 4]});
       ++i;
     }
   }
@@ -124,6 +124,7 @@ TEST_F(Sm90Gpu, OddShapeExpertsAndTopk) {
   check_case({{128, 320, 224, 1}, 127, RouteMode::kRandom, 201, kWgmma128});
   check_case({{32, 320, 224, 1}, 3, RouteMode::kRandom, 202, kWgmma128});
   check_case({{32, 320, 224, 4}, 33, RouteMode::kRandom, 207, kWgmma32});
+  check_case({{32, 320, 224, 4}, 17, RouteMode::kRandom, 208, kWgmma16});
   if (quick_sweep()) return;
   check_case({{128, 320, 224, 4}, 1000, RouteMode::kRandom, 203, kWgmma64});
   check_case({{8, 320, 224, 4}, 4096, RouteMode::kRandom, 204, kHeuristic});  // 2048 rows per expert: 128
@@ -136,6 +137,7 @@ TEST_F(Sm90Gpu, GptOssShapes) {
   check_case({{32, 2880, 736, 4}, 64, RouteMode::kRandom, 600, kWgmma64});
   check_case({{8, 2880, 2880, 4}, 129, RouteMode::kRandom, 601, kWgmma128});
   check_case({{32, 2880, 736, 4}, 256, RouteMode::kRandom, 607, kWgmma32});
+  check_case({{32, 2880, 2880, 4}, 64, RouteMode::kRandom, 608, kWgmma16});  // 8 rows per expert
   if (quick_sweep()) return;
   check_case({{32, 2880, 736, 4}, 1000, RouteMode::kRandom, 602, kHeuristic});   // 125 rows per expert: 64
   check_case({{32, 2880, 2880, 4}, 1000, RouteMode::kRandom, 603, kHeuristic});
@@ -148,11 +150,13 @@ TEST_F(Sm90Gpu, AllTokensOnOneExpert) {
   check_case({{32, 320, 224, 4}, quick_sweep() ? 129 : 1000, RouteMode::kOneExpert, 300, kWgmma128});
   check_case({{8, 160, 160, 1}, quick_sweep() ? 64 : 4096, RouteMode::kOneExpert, 301, kWgmma64});
   check_case({{8, 160, 160, 4}, quick_sweep() ? 64 : 1000, RouteMode::kOneExpert, 302, kWgmma32});
+  check_case({{8, 160, 160, 2}, 129, RouteMode::kOneExpert, 303, kWgmma16});
 }
 
 TEST_F(Sm90Gpu, MostExpertsEmpty) {
   check_case({{128, 160, 160, 4}, 3, RouteMode::kFewExperts, 400, kWgmma64});
   check_case({{128, 160, 160, 4}, 65, RouteMode::kFewExperts, 402, kWgmma32});
+  check_case({{128, 160, 160, 4}, 7, RouteMode::kFewExperts, 403, kWgmma16});
   check_case({{128, 320, 224, 4}, quick_sweep() ? 64 : 1000, RouteMode::kFewExperts, 401, kWgmma128});
 }
 
@@ -172,6 +176,7 @@ TEST_F(Sm90Gpu, ExtremeScales) {
   check_case({s, 64, RouteMode::kRandom, 700, kWgmma64}, &w);
   check_case({s, 129, RouteMode::kRandom, 701, kWgmma128}, &w);
   check_case({s, 33, RouteMode::kRandom, 702, kWgmma32}, &w);
+  check_case({s, 17, RouteMode::kRandom, 703, kWgmma16}, &w);
 }
 
 TEST_F(Sm90Gpu, DecodePath) {

@@ -28,7 +28,7 @@ enum class Path { kPortableDecode, kWgmma };
 // Tuning knobs (tests and benchmarks); 0 keeps the heuristic.
 struct Overrides {
   int path = 0;        // 1: portable decode, 2: wgmma
-  int token_tile = 0;  // 32, 64 or 128
+  int token_tile = 0;  // 16, 32, 64 or 128
 };
 
 struct Config {
@@ -48,14 +48,16 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 // m / (m + N/2) of its columns busy (m = 128: 80% at 64, 67% at 128). A
 // larger tile dequantises each weight once for more tokens and cuts the
 // weight re-reads from L2. Measured on the H200 (2026-11-29), per mean rows
-// per expert m: 32 wins below 32 (m = 16: 214 vs 248 us at 64, 20b T = 128;
-// 740 vs 866, 120b T = 512), 64 from 32 (m = 32: 255 vs 298, 20b T = 256;
-// 918 vs 1067, 120b T = 1024), 128 from 128 (20b T = 1024 702 -> 675 us,
-// 120b T = 4096 2738 -> 2540; at m = 32 128 loses, 1081 -> 1564).
+// per expert m: 16 wins up to 10 (m = 8: 202 vs 208 us at 32, 20b T = 64;
+// 718 vs 734, 120b T = 256; m = 10: 779 vs 795, 120b T = 320) and loses from
+// 12 (831 vs 803, 120b T = 384), 32 below 32 (m = 16: 214 vs 248 us at 64,
+// 20b T = 128; 740 vs 866, 120b T = 512), 64 from 32 (m = 32: 255 vs 298,
+// 20b T = 256; 918 vs 1067, 120b T = 1024), 128 from 128 (20b T = 1024
+// 702 -> 675 us, 120b T = 4096 2738 -> 2540; at m = 32 128 loses, 1081 -> 1564).
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
-  if (override_tile == 32 || override_tile == 64 || override_tile == 128) return override_tile;
+  if (override_tile == 16 || override_tile == 32 || override_tile == 64 || override_tile == 128) return override_tile;
   const int64_t m = mean_rows_per_expert(tokens, topk, experts);
-  return m < 32 ? 32 : m < 128 ? 64 : 128;
+  return m <= 10 ? 16 : m < 32 ? 32 : m < 128 ? 64 : 128;
 }
 
 // Deepest ring (at most kMaxStages) whose shared memory fits, or 0 when not

@@ -1,4 +1,4 @@
-// Instances of the sm90 MXFP4 grouped GEMM (token tiles 32, 64 and 128; SwiGLU or
+// Instances of the sm90 MXFP4 grouped GEMM (token tiles 16, 32, 64 and 128; SwiGLU or
 // bias-and-route epilogue) and their launcher.
 #include "cuda/sm90/sm90_mxfp4_gemm.cuh"
 #include "cuda/sm90/heuristics.h"
@@ -34,7 +34,8 @@ cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swi
 }
 
 cudaError_t init_sm90_mxfp4_gemm() {
-  const cudaError_t errs[] = {allow_max_smem<32, true>(),  allow_max_smem<32, false>(),
+  const cudaError_t errs[] = {allow_max_smem<16, true>(),  allow_max_smem<16, false>(),
+                              allow_max_smem<32, true>(),  allow_max_smem<32, false>(),
                               allow_max_smem<64, true>(),  allow_max_smem<64, false>(),
                               allow_max_smem<128, true>(), allow_max_smem<128, false>()};
   for (cudaError_t e : errs)
