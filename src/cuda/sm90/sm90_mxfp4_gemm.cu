@@ -26,6 +26,7 @@ cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swi
                                    cudaStream_t stream) {
   if (p.stages < 2 || smem_layout(token_tile, p.k, p.stages).bytes > kMaxDynamicSmem) return cudaErrorInvalidValue;
   switch (token_tile) {
+    case 16: return swiglu ? launch<16, true>(p, grid, overlap, stream) : launch<16, false>(p, grid, overlap, stream);
     case 32: return swiglu ? launch<32, true>(p, grid, overlap, stream) : launch<32, false>(p, grid, overlap, stream);
     case 64: return swiglu ? launch<64, true>(p, grid, overlap, stream) : launch<64, false>(p, grid, overlap, stream);
     case 128: return swiglu ? launch<128, true>(p, grid, overlap, stream) : launch<128, false>(p, grid, overlap, stream);
