@@ -8,14 +8,15 @@ namespace mxmoe::sm90 {
 namespace {
 
 TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
-  // gpt-oss-20b (E = 32, k = 4): T = 56 is 7 rows per expert, the last decode point.
+  // gpt-oss-20b (E = 32, k = 4): T = 48 is 6 rows per expert, the last decode point.
   EXPECT_EQ(choose_config(1, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(56, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(57, 4, 32, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(48, 4, 32, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(49, 4, 32, 2944, 2944).path, Path::kWgmma);
   EXPECT_EQ(choose_config(64, 4, 32, 2944, 2944).path, Path::kWgmma);
-  // gpt-oss-120b (E = 128): 7 rows per expert at T = 224, 8 at T = 256.
-  EXPECT_EQ(choose_config(224, 4, 128, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(256, 4, 128, 2944, 2944).path, Path::kWgmma);
+  // gpt-oss-120b (E = 128): 6 rows per expert at T = 192, 7 at T = 224.
+  EXPECT_EQ(choose_config(192, 4, 128, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(224, 4, 128, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(224, 4, 128, 2944, 2944).token_tile, 16);
   EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
   EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
   const Config decode = choose_config(16, 4, 32, 2944, 2944);

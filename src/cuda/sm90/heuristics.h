@@ -18,10 +18,12 @@ inline constexpr int kMaxDynamicSmem = 232448;
 // tokens instead of 8 left gpt-oss-120b T = 256 at 741 vs 737 us (H200).
 inline constexpr int kMaxStages = 8;
 // At most this many rows per expert on average the portable decode kernels
-// (8-token tiles, split K) beat the wgmma GEMMs: H200, 2026-11-29, at 4 rows
-// per expert decode / wgmma 32-token tiles = 633 / 716 us (gpt-oss-120b
-// T = 128), at 8 rows 222 / 210 (20b T = 64) and 857 / 737 (120b T = 256).
-inline constexpr int64_t kDecodeMaxMeanRows = 7;
+// (8-token tiles, split K) beat the wgmma GEMMs. H200, 2026-11-29, decode /
+// wgmma 16-token tiles in us: 5 rows 675 / 712 (gpt-oss-120b T = 160);
+// 6 rows 185 / 203 (20b T = 48) but 731 / 714 (120b T = 192); 7 rows
+// 201 / 204 (20b T = 56) and 788 / 713 (120b T = 224); 8 rows 219 / 205
+// (20b T = 64) and 877 / 719 (120b T = 256).
+inline constexpr int64_t kDecodeMaxMeanRows = 6;
 
 enum class Path { kPortableDecode, kWgmma };
 
