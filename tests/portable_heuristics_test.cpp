@@ -17,5 +17,15 @@ TEST(PortableHeuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(1, 4, 32, 16), 8);   // not a tile: ignored
 }
 
+TEST(PortableHeuristics, PerPairDecodeWhileExpertsRarelyRepeat) {
+  EXPECT_TRUE(per_pair_decode(1, 4, 32, 8));     // gpt-oss-20b T = 1
+  EXPECT_TRUE(per_pair_decode(2, 4, 32, 8));     // 8 pairs: 56 <= 64
+  EXPECT_FALSE(per_pair_decode(3, 4, 32, 8));    // 12 pairs: 132 > 64
+  EXPECT_TRUE(per_pair_decode(4, 4, 128, 8));    // gpt-oss-120b: 240 <= 256
+  EXPECT_FALSE(per_pair_decode(5, 4, 128, 8));   // 380 > 256
+  EXPECT_FALSE(per_pair_decode(1, 8, 8, 8));     // 8 experts, top-8: 56 > 16
+  EXPECT_FALSE(per_pair_decode(1, 4, 32, 32));   // only with 8-token tiles
+}
+
 }  // namespace
 }  // namespace mxmoe::portable

@@ -22,7 +22,13 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
   const Config decode = choose_config(16, 4, 32, 2944, 2944);
   EXPECT_EQ(decode.token_tile, 0);
   EXPECT_EQ(decode.stages_gemm1, 0);
-  EXPECT_EQ(describe(decode), "portable decode kernels (mma.sync GEMV)");
+  EXPECT_FALSE(decode.per_pair);
+  EXPECT_EQ(describe(decode), "portable decode kernels (mma.sync GEMV) on expert-grouped tiles");
+  const Config single = choose_config(1, 4, 32, 2944, 2944);
+  EXPECT_TRUE(single.per_pair);
+  EXPECT_EQ(describe(single),
+            "portable decode kernels (mma.sync GEMV), a tile per (token, slot) pair: no grouping or combine kernel");
+  EXPECT_FALSE(choose_config(1, 4, 32, 2944, 2944, {2, 0}).per_pair);  // wgmma forced
 }
 
 TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {

@@ -117,6 +117,18 @@ TEST_F(PortableGpu, GptOssHidden) {
   check_case({{32, 2880, 2880, 4}, 1000, RouteMode::kRandom, 605});
 }
 
+TEST_F(PortableGpu, PerPairDecode) {
+  // Few pairs over many experts run each (token, slot) pair as its own tile,
+  // with the combine in GEMM2 (per_pair_decode): the router's ids, one expert
+  // in every slot (its weights read k times), k = 8, several tokens, and the
+  // 64-wide K tail with padded rows (Hp = 320, Ip = 256).
+  check_case({{32, 2880, 736, 4}, 1, RouteMode::kRouter, 650});
+  check_case({{32, 320, 224, 4}, 1, RouteMode::kRepeatedExpert, 651});
+  check_case({{32, 160, 160, 8}, 1, RouteMode::kRandom, 652});
+  check_case({{128, 320, 224, 4}, 4, RouteMode::kRandom, 653});
+  check_case({{128, 320, 224, 1}, 3, RouteMode::kOneExpert, 654});
+}
+
 TEST_F(PortableGpu, ExtremeScales) {
   // Scales across the E8M0 range the bf16 fold must handle: tiny (s < 8,
   // including 0), the neutral 127 and s > 128 (two-step fold).
@@ -131,7 +143,7 @@ TEST_F(PortableGpu, ExtremeScales) {
 TEST_F(PortableGpu, BitwiseReproducible) {
   const MoeShape s{32, 320, 224, 4};
   const MoeWeights w = make_random_weights(s, 800);
-  for (int64_t T : {int64_t(7), int64_t(quick_sweep() ? 129 : 1000)}) {
+  for (int64_t T : {int64_t(1), int64_t(7), int64_t(quick_sweep() ? 129 : 1000)}) {
     const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
     std::unique_ptr<Backend> be;
     ASSERT_TRUE(create_portable_backend(w.view(), PortableOptions{kPoison}, &be).ok());

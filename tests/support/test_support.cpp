@@ -54,6 +54,7 @@ const char* route_mode_name(RouteMode m) {
     case RouteMode::kRouter: return "router";
     case RouteMode::kRandom: return "random";
     case RouteMode::kOneExpert: return "one-expert";
+    case RouteMode::kRepeatedExpert: return "repeated-expert";
     case RouteMode::kFewExperts: return "few-experts";
     case RouteMode::kLowExperts: return "low-experts";
   }
@@ -73,6 +74,9 @@ Routing make_test_routing(RouteMode mode, int64_t T, const MoeShape& s, uint64_t
         break;
       case RouteMode::kLowExperts:
         for (int64_t j = 0; j < k; ++j) ids[j] = int32_t(j);
+        break;
+      case RouteMode::kRepeatedExpert:
+        for (int64_t j = 0; j < k; ++j) ids[j] = int32_t(1 % s.experts);
         break;
       case RouteMode::kFewExperts: {
         std::vector<bool> seen(size_t(s.experts), false);

@@ -35,6 +35,7 @@ enum class RouteMode {
   kOneExpert,   // every token's slot 0 on the last expert, slot s > 0 on expert s - 1
   kFewExperts,  // only experts 0..k-1 and the last one get tokens (k distinct per token)
   kLowExperts,  // every token on experts 0..k-1: the other experts get nothing
+  kRepeatedExpert,  // every slot on expert 1 (ids repeat within a token, as in sharded routing)
 };
 const char* route_mode_name(RouteMode m);
 // The routing of `mode` (kRouter: random, unused by the caller), from seed.

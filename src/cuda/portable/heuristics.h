@@ -20,4 +20,18 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
   return 64;
 }
 
+// Per-pair decode: each (token, slot) pair is its own 8-token tile, so the
+// forward needs no grouping kernel and GEMM2's blocks combine the k rows
+// themselves (no combine kernel); those two kernels cost ~3 and ~3.6 us of the
+// 33.6 us forward at T = 1 (H200, measured by launching each twice). The
+// price: pairs that share an expert read and dequantise its weights once each.
+// So it runs while the expected number of pairs sharing an expert,
+// pairs * (pairs - 1) / (2 E) for uniform routing, is at most one: T <= 2 on
+// gpt-oss-20b (T = 2: 50.9 -> 46.1 us; T = 4 on 20b was slower, 76.8 -> 79.0)
+// and T <= 4 on gpt-oss-120b (T = 4: 84.7 -> 81.1 us).
+inline bool per_pair_decode(int64_t tokens, int64_t topk, int64_t experts, int token_tile) {
+  const int64_t pairs = tokens * topk;
+  return token_tile == 8 && pairs * (pairs - 1) <= 2 * experts;
+}
+
 }  // namespace mxmoe::portable

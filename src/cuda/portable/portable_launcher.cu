@@ -17,8 +17,10 @@ namespace {
 // Workspace carve-up (every piece 256-byte aligned): the schedule, then
 // GEMM1's activations and GEMM2's rows.
 struct Layout : smxx::ScheduleOffsets {
-  size_t act = 0, ypair = 0, total = 0;
+  size_t act = 0, ypair = 0, arrivals = 0, total = 0;
   int tile = 8;
+  bool per_pair = false;
+  int n_arrivals = 0;
 };
 
 Layout make_layout(const DeviceWeights& w, int64_t T) {
@@ -34,6 +36,11 @@ Layout make_layout(const DeviceWeights& w, int64_t T) {
   static_cast<smxx::ScheduleOffsets&>(l) = smxx::take_schedule(ws, T, k, E, l.tile);
   l.act = ws.take(size_t(l.rows * Ip) * 2);
   l.ypair = ws.take(size_t(l.rows * H) * 4);
+  l.per_pair = per_pair_decode(T, k, E, l.tile);
+  if (l.per_pair) {
+    l.n_arrivals = int(T * (w.hidden_padded / 32));
+    l.arrivals = ws.take(size_t(l.n_arrivals) * 4);
+  }
   l.total = ws.off;
   return l;
 }
@@ -115,8 +122,9 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   int32_t* tile_expert = static_cast<int32_t*>(at(l.tile_expert));
   int32_t* tile_row = static_cast<int32_t*>(at(l.tile_row));
   int32_t* num_tiles = static_cast<int32_t*>(at(l.num_tiles));
-  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile, sorted_pair, pair_row, tile_expert,
-                                                     tile_row, num_tiles, overlap, stream, kWho));
+  if (!l.per_pair)
+    MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile, sorted_pair, pair_row, tile_expert,
+                                                       tile_row, num_tiles, overlap, stream, kWho));
 
   uint16_t* act = static_cast<uint16_t*>(at(l.act));
   float* ypair = static_cast<float*>(at(l.ypair));
@@ -143,7 +151,14 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.act_out_stride = Ip;
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
-  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, true, l.max_tiles, overlap, stream), "GEMM1 launch"));
+  if (l.per_pair) {
+    g1.pair_ids = ids;
+    g1.arrivals = static_cast<uint32_t*>(at(l.arrivals));
+    g1.n_arrivals = l.n_arrivals;
+    g1.y = a.y;
+  }
+  const int64_t tiles = l.per_pair ? T * k : l.max_tiles;
+  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, true, tiles, overlap, stream), "GEMM1 launch"));
 
   GemmParams g2 = g1;
   g2.codes = w.w2_codes;
@@ -163,8 +178,9 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g2.y_out = ypair;
   g2.n_valid = int(H);
   g2.route_w = rweights;
-  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, false, l.max_tiles, overlap, stream), "GEMM2 launch"));
+  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, false, tiles, overlap, stream), "GEMM2 launch"));
 
+  if (l.per_pair) return Status::Ok();  // GEMM2 combined
   return smxx::launch_combine(ypair, pair_row, T, k, H, a.y, overlap, stream, kWho);
 }
 

@@ -55,6 +55,16 @@ struct GemmParams {
   const int32_t* tile_expert;
   const int32_t* tile_row;
   const int32_t* num_tiles;
+  // Per-pair decode (no grouping; 8-token tiles only): non-null, the routing
+  // ids [T*k], and tile i is pair i alone: expert ids[i], token column 0, row
+  // i of act_out / act_in (GEMM2) / y_out. The schedule above is not read.
+  const int32_t* pair_ids;
+  // Per-pair decode's combine, fused into GEMM2: arrivals [T, N / 32] count
+  // the blocks done per (token, 32-row block); the last of the k sums the k
+  // rows of y_out in slot order into y. GEMM1 zeroes the n_arrivals counters.
+  uint32_t* arrivals;
+  int n_arrivals;
+  float* y;
   // GEMM1 epilogue: SwiGLU -> act_out bf16 [rows, act_out_stride]
   uint16_t* act_out;
   int64_t act_out_stride;
@@ -217,6 +227,30 @@ struct EpilogueInputs {
   int pair[2];  // -1 = padding
 };
 
+// Per-pair decode's fused combine, called by every thread of a GEMM2 block
+// after its rows of y_out are stored: the block that finds the other k - 1
+// blocks of its (token, 32-row block) done sums the k rows in slot order, as
+// the combine kernel does, so the output is the same bit for bit. The fences
+// order each block's stores before its arrival and the last block's reads
+// after it; y_out is read through L2 (another SM wrote it).
+__device__ __forceinline__ void combine_if_last(const GemmParams& p, int token, int nb) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+    last = atomicAdd(p.arrivals + int64_t(token) * gridDim.y + blockIdx.y, 1u) == unsigned(p.topk - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int col = nb + int(threadIdx.x);
+  if (threadIdx.x < 32 && col < p.n_valid) {
+    float sum = 0.f;
+    for (int slot = 0; slot < p.topk; ++slot)
+      sum += __ldcg(p.y_out + (int64_t(token) * p.topk + slot) * p.n_valid + col);
+    p.y[int64_t(token) * p.n_valid + col] = sum;
+  }
+}
+
 }  // namespace detail
 
 // Decode (NT == 1): the 8 warps of a block split K over the same 32 weight
@@ -255,12 +289,17 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   const int ti = blockIdx.x;
   smxx::wait_for_previous_kernels();  // the tile schedule and activations come from earlier kernels
   smxx::allow_next_kernel();
+  const bool per_pair = NT == 1 && p.pair_ids != nullptr;
+  if (kSwiglu && p.arrivals && blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < p.n_arrivals; i += blockDim.x) p.arrivals[i] = 0;  // read by GEMM2 only
   // Three independent loads in flight at once (the schedule arrays hold
   // gridDim.x entries); entries past the tile count are not used.
-  const int n_tiles = *p.num_tiles;
-  const int e = p.tile_expert[ti];
-  const int row0 = p.tile_row[ti];
+  const int n_tiles = per_pair ? int(gridDim.x) : *p.num_tiles;
+  const int e = per_pair ? p.pair_ids[ti] : p.tile_expert[ti];
+  const int row0 = per_pair ? ti : p.tile_row[ti];
   if (ti >= n_tiles) return;  // the grid is sized from an upper bound
+  // Pair of token column `col` of the tile (-1: padding); its row is row0 + col.
+  auto pair_at = [&](int col) { return per_pair ? (col == 0 ? ti : -1) : p.sorted_pair[row0 + col]; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 16 * kSubtiles * warp);
   if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
@@ -281,7 +320,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int r = row0 + 8 * j + g;
-    const int pair = p.sorted_pair[r];
+    const int pair = pair_at(8 * j + g);
     if (pair < 0) arow[j] = nullptr;
     else if (kSwiglu) arow[j] = p.act_in + int64_t(pair / p.topk) * p.act_in_stride;
     else arow[j] = p.act_in + int64_t(r) * p.act_in_stride;
@@ -300,7 +339,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
       pre.b_lo = __bfloat162float(__ushort_as_bfloat16(bias[0]));
       pre.b_hi = __bfloat162float(__ushort_as_bfloat16(bias[1]));
 #pragma unroll
-      for (int h = 0; h < 2; ++h) pre.pair[h] = p.sorted_pair[row0 + 8 * j + 2 * t + h];
+      for (int h = 0; h < 2; ++h) pre.pair[h] = pair_at(8 * j + 2 * t + h);
     }
   }
 
@@ -374,7 +413,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + 8 * j + 2 * t + h;
-      const int pair = p.sorted_pair[r];
+      const int pair = pair_at(8 * j + 2 * t + h);
       if (pair < 0) continue;
       detail::store_columns<kSwiglu>(p, row, r, v[h] + b_lo, v[2 + h] + b_hi, kSwiglu ? 0.f : p.route_w[pair]);
     }
@@ -406,6 +445,8 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
           detail::store_columns<kSwiglu>(p, row, row0 + 8 * j + 2 * t + h, v[h] + pre.b_lo, v[2 + h] + pre.b_hi,
                                          kSwiglu ? 0.f : p.route_w[pre.pair[h]]);
     }
+    if constexpr (!kSwiglu)
+      if (per_pair && p.arrivals) detail::combine_if_last(p, ti / p.topk, nb);
   } else {
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)

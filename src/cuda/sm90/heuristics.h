@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/portable/heuristics.h"
 #include "cuda/sm90/sm90_layout.h"
 
 namespace mxmoe::sm90 {
@@ -38,6 +39,7 @@ struct Config {
   int token_tile = 0;    // tokens per wgmma tile (the N of m64nNk16); 0 on the decode path
   int stages_gemm1 = 0;  // pipeline stages of GEMM1 (K = padded H) and GEMM2 (K = padded I)
   int stages_gemm2 = 0;
+  bool per_pair = false;  // decode path: a tile per (token, slot) pair (portable::per_pair_decode)
 };
 
 // Mean (token, slot) rows per expert, rounded up.
@@ -75,11 +77,13 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
                             int64_t intermediate_padded, const Overrides& o = {}) {
   Config c;
   const bool decode = mean_rows_per_expert(tokens, topk, experts) <= kDecodeMaxMeanRows;
+  c.per_pair = portable::per_pair_decode(tokens, topk, experts, portable::token_tile(tokens, topk, experts));
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
   if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
   c.path = Path::kWgmma;
+  c.per_pair = false;
   c.token_tile = bn;
   c.stages_gemm1 = s1;
   c.stages_gemm2 = s2;
@@ -88,7 +92,10 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
 
 // One line, e.g. "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2)".
 inline std::string describe(const Config& c) {
-  if (c.path == Path::kPortableDecode) return "portable decode kernels (mma.sync GEMV)";
+  if (c.path == Path::kPortableDecode)
+    return c.per_pair ? "portable decode kernels (mma.sync GEMV), a tile per (token, slot) pair: no grouping or "
+                        "combine kernel"
+                      : "portable decode kernels (mma.sync GEMV) on expert-grouped tiles";
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
          std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2)";
 }
