@@ -18,6 +18,7 @@
 #include "cuda/sm90/sm90_layout.h"
 #include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
+#include "prepare/pair_bits.h"
 
 namespace mxmoe::sm90 {
 namespace {
@@ -37,14 +38,14 @@ TEST(Sm90Layout, OperandKOrderIsABijectionMatchingTheFragments) {
   // k {2t+8, 2t+9}; a3 = row g+8, k {2t+8, 2t+9}, per 16-wide step. The
   // kernel fills register `reg` of step s from word a_word(s), pair
   // a_pair(s, reg) of the lane's code block: pair i of word w is the physical
-  // elements 8w + i (low half) and 8w + i + 4 (high half) of the lane's 32
+  // elements 8w + 2i (low half) and 8w + 2i + 1 (high half) of the lane's 32
   // elements [32t, 32t + 32). The operand order must put exactly those there.
   for (int s = 0; s < 8; ++s)
     for (int t = 0; t < 4; ++t)
       for (int reg = 0; reg < 4; ++reg)
         for (int b = 0; b < 2; ++b) {
           const int k = 16 * s + 2 * t + 8 * (reg >> 1) + b;
-          EXPECT_EQ(physical_k(k), 32 * t + 8 * a_word(s) + a_pair(s, reg) + 4 * b)
+          EXPECT_EQ(physical_k(k), 32 * t + 8 * a_word(s) + 2 * a_pair(s, reg) + b)
               << "s " << s << " t " << t << " reg " << reg << " b " << b;
           EXPECT_EQ(a_second_row(reg), (reg & 1) == 1);
         }
@@ -170,18 +171,10 @@ TEST(Sm90Layout, SharedMemoryCarveUp) {
 
 // ---- One tile through the emulated wgmma data path -----------------------------
 
-uint32_t rotr(uint32_t v, int n) { return n == 0 ? v : (v >> n) | (v << (32 - n)); }
-
-// Pair i of a stored code word, rotate-and-mask (as e2m1_pair_bits), as two
-// values: the bf16 patterns carry the E2M1 value times 2^-126.
+// Pair i of a stored code word (the kernels' e2m1_pair_bits), as two values:
+// the bf16 patterns carry the E2M1 value times 2^-126.
 void extract_pair(uint32_t w, int i, double* lo, double* hi) {
-  uint32_t p;
-  switch (i) {
-    case 0: p = w & 0x81C081C0u; break;
-    case 1: p = rotr(w, 4) & 0x81C081C0u; break;
-    case 2: p = rotr(w, 10) & 0x81C081C0u; break;
-    default: p = (rotr(w, 6) & 0x81808180u) | (rotr(w, 14) & 0x00400040u); break;
-  }
+  const uint32_t p = pair_bits::e2m1_pair_bits(w, i);
   auto value = [](uint32_t bits16) {
     const uint32_t f = bits16 << 16;
     float v;

@@ -1,5 +1,5 @@
 // Code swizzles, bit-exactly, against the layout formula written element-wise
-// and the kernel's rotate-and-mask extraction of each bf16 pair.
+// and the kernels' shift-and-mask extraction of each bf16 pair.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -8,6 +8,7 @@
 
 #include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
+#include "prepare/pair_bits.h"
 
 namespace mxmoe {
 namespace {
@@ -26,18 +27,6 @@ int64_t mma16_position(int64_t row, int64_t byte, int64_t row_bytes) {
   }
   const int64_t off = byte - full_bytes, t = off / 8, w = off % 8;
   return base + (full_bytes / 64) * 1024 + r * 256 + (4 * g + t) * 8 + w;
-}
-
-uint32_t rotr(uint32_t v, int n) { return n == 0 ? v : (v >> n) | (v << (32 - n)); }
-
-// The kernel's extraction of bf16 pair i from a stored word (rotate + mask).
-uint32_t extract_pair(uint32_t w, int i) {
-  switch (i) {
-    case 0: return w & 0x81C081C0u;
-    case 1: return rotr(w, 4) & 0x81C081C0u;
-    case 2: return rotr(w, 10) & 0x81C081C0u;
-    default: return (rotr(w, 6) & 0x81808180u) | (rotr(w, 14) & 0x00400040u);
-  }
 }
 
 // A bf16 bit pattern times 2^126 (the extraction yields E2M1 value * 2^-126).
@@ -59,7 +48,7 @@ TEST(Swizzle, MmaRowGroups16IsTheFragmentOrder) {
     for (int64_t row = 0; row < rows; ++row)
       for (int64_t b = 0; b < row_bytes; b += 4) {
         // A 4-byte word moves as a whole; its 8 codes come back from the
-        // kernel's extraction as pairs (n_i, n_{i+4}).
+        // kernels' extraction as pairs of elements (2i, 2i + 1): byte i.
         const int64_t at = mma16_position(row, b, row_bytes);
         ASSERT_LT(at + 3, int64_t(out.size()));
         ASSERT_EQ(at % 4, 0);
@@ -68,9 +57,8 @@ TEST(Swizzle, MmaRowGroups16IsTheFragmentOrder) {
         std::memcpy(&w, out.data() + at, 4);
         const uint8_t* src = dense.data() + row * row_bytes + b;
         for (int i = 0; i < 4; ++i) {
-          const uint32_t pair = extract_pair(w, i);
-          const uint8_t lo = uint8_t(i % 2 == 0 ? src[i / 2] & 0xF : src[i / 2] >> 4);
-          const uint8_t hi = uint8_t(i % 2 == 0 ? src[2 + i / 2] & 0xF : src[2 + i / 2] >> 4);
+          const uint32_t pair = pair_bits::e2m1_pair_bits(w, i);
+          const uint8_t lo = uint8_t(src[i] & 0xF), hi = uint8_t(src[i] >> 4);
           ASSERT_EQ(bf16_pattern_value(pair & 0xFFFF), double(e2m1_to_float(lo)))
               << "cols " << cols << " row " << row << " byte " << b << " pair " << i;
           ASSERT_EQ(bf16_pattern_value(pair >> 16), double(e2m1_to_float(hi)))

@@ -65,13 +65,9 @@ enum class WeightSwizzle {
   // so each of a warp's two 16-byte loads per chunk reads 512 contiguous bytes
   // and a warp streams its rows front to back. A 64-wide tail chunk (K % 128 ==
   // 64) is stored likewise with 8 bytes per lane: [r][lane][8 bytes].
-  // Inside each 32-bit word (8 codes n0..n7, n_i in bits [4i, 4i+4) of the
-  // dense word) the bits are permuted so that the kernel gets each bf16 pair
-  // (n_i, n_{i+4}) with one rotate and one AND (see e2m1_pair_bits): pair i's
-  // target pattern T_i has sign(n_i) at bit 15, the magnitude (e1 e0 m) of n_i
-  // at bits 8..6, and n_{i+4} likewise at bits 31 and 24..22; the stored word
-  // holds bit p of T_0 at p, of T_1 at p+4, of T_2 at p+10 (mod 32), and of
-  // T_3 at p+6 for p in {7,8,15,23,24,31} and at p+14 for p in {6,22}.
+  // Inside each 32-bit word (8 codes, elements 0..7 of a K run) the bits are
+  // permuted so that the kernel gets each bf16 pair of elements (2i, 2i + 1)
+  // with few integer instructions (src/prepare/pair_bits.h).
   kMmaRowGroups16,
 };
 

@@ -5,37 +5,24 @@
 #include <fmt/format.h>
 
 #include "mxmoe/prepare.h"
+#include "prepare/pair_bits.h"
 
 namespace mxmoe {
 namespace {
 
-// Bits of a bf16 pair pattern that carry data: sign at 15/31, e1 e0 m at
-// 8..6 and 24..22 (see WeightSwizzle::kMmaRowGroups16).
-constexpr int kPairBits[8] = {6, 7, 8, 15, 22, 23, 24, 31};
-
-// Pair i = (n_i, n_{i+4}) of a dense word as its bf16 bit pattern.
+// Pair i = elements (2i, 2i + 1) of a dense word (element j in bits
+// [4j, 4j + 4)) as its bf16x2 pattern (see pair_bits.h).
 uint32_t pair_pattern(uint32_t dense, int i) {
-  const uint32_t lo = (dense >> (4 * i)) & 0xF, hi = (dense >> (4 * i + 16)) & 0xF;
+  const uint32_t lo = (dense >> (8 * i)) & 0xF, hi = (dense >> (8 * i + 4)) & 0xF;
   auto half = [](uint32_t n) { return ((n & 0x8) << 12) | ((n & 0x7) << 6); };
   return half(lo) | (half(hi) << 16);
-}
-
-// Where bit p of pair i's pattern is stored in the word: pairs 0..2 rotate
-// the whole pattern by 0, 4 and 10; pair 3 is split over rotations 6 and 14.
-int stored_bit(int i, int p) {
-  switch (i) {
-    case 0: return p;
-    case 1: return (p + 4) % 32;
-    case 2: return (p + 10) % 32;
-    default: return (p == 6 || p == 22) ? (p + 14) % 32 : (p + 6) % 32;
-  }
 }
 
 uint32_t permute_word_bits(uint32_t dense) {
   uint32_t out = 0;
   for (int i = 0; i < 4; ++i) {
     const uint32_t t = pair_pattern(dense, i);
-    for (int p : kPairBits) out |= ((t >> p) & 1u) << stored_bit(i, p);
+    for (int p : pair_bits::kPatternBits) out |= ((t >> p) & 1u) << pair_bits::stored_bit(i, p);
   }
   return out;
 }

@@ -1,19 +1,16 @@
 // MXFP4 -> bf16 dequantisation in registers, shared by the mma.sync (portable)
 // and wgmma (sm90) GEMMs. Both read codes in WeightSwizzle::kMmaRowGroups16
 // order, whose 32-bit words have their bits permuted so that each bf16 pair of
-// E2M1 values is one rotate and one AND.
+// E2M1 values is an AND after a shift or a rotate (two of each for one pair in
+// four; pair_bits.h).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cstdint>
 
-namespace mxmoe::smxx {
+#include "prepare/pair_bits.h"
 
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
+namespace mxmoe::smxx {
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a);
@@ -22,22 +19,9 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
-// Pair i = (n_i, n_{i+4}) of a stored code word -> bf16x2 whose values are the
-// E2M1 values times 2^-126: sign at bit 15, (e1 e0 m) at bits 8..6, so the two
-// exponent bits land in the low bf16 exponent bits and m in the top mantissa
-// bit; e = 0 (codes 0 and 0.5) becomes a bf16 subnormal, which bf16 FMA keeps.
-// The preparation stored the bits so that this is one funnel-shift rotate and
-// one AND (two of each for pair 3), instead of two shifts and two masks per
-// pair on the dense nibble order (WeightSwizzle::kMmaRowGroups16).
-__device__ __forceinline__ uint32_t e2m1_pair_bits(uint32_t w, int i) {
-  constexpr uint32_t kMask = 0x81C081C0u;
-  switch (i) {
-    case 0: return w & kMask;
-    case 1: return __funnelshift_r(w, w, 4) & kMask;
-    case 2: return __funnelshift_r(w, w, 10) & kMask;
-    default: return (__funnelshift_r(w, w, 6) & 0x81808180u) | (__funnelshift_r(w, w, 14) & 0x00400040u);
-  }
-}
+// Pair i (elements 2i, 2i + 1) of a stored code word -> bf16x2 of the E2M1
+// values times 2^-126 (src/prepare/pair_bits.h).
+using pair_bits::e2m1_pair_bits;
 
 // bf16x2 factors folding 2^126 and the E8M0 scale 2^(s-127). Fast path (every
 // scale involved below 128, as in real weights): one multiply by

@@ -22,9 +22,9 @@
 //     operands. Lane t's logical k slots of step s are mapped onto its own 32
 //     physical elements, so A (weights) and B (activations) fragments come
 //     straight from global memory with 16-byte loads, no shared memory and no
-//     ldmatrix. The extraction below yields bf16 pairs (n_i, n_{i+4}) of a
-//     32-bit code word (whose bits the preparation permuted for it); the
-//     activation words are paired the same way with one PRMT each.
+//     ldmatrix. A code word's bf16 pair i is its elements (2i, 2i + 1)
+//     (src/prepare/pair_bits.h), the same two elements as activation word i
+//     of the run, so the activation words are B fragments as loaded.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -105,7 +105,6 @@ __device__ __forceinline__ uint4 ld_act16(const void* p) {
 
 using smxx::bf16x2_mul;
 using smxx::e2m1_pair_bits;
-using smxx::prmt;
 using smxx::scale_factor_any;
 using smxx::scale_factor_small;
 using smxx::ScaleFactor;
@@ -126,7 +125,7 @@ template <int NT, int NW, bool kTwoStep>
 __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[kSubtiles][2][4], const ScaleFactor (&f)[kSubtiles][2],
                                                  const uint16_t* const (&arow)[NT], int act_col,
                                                  bool act_ok, float (&acc)[kSubtiles][NT][4]) {
-  // Pair idx = 4w + i of row (m, r): bf16 pair (n_i, n_{i+4}) of code word w.
+  // Pair idx = 4w + i of row (m, r): bf16 pair i (elements 2i, 2i + 1) of code word w.
   auto deq = [&](int m, int r, int idx) {
     uint32_t v = bf16x2_mul(e2m1_pair_bits(q[m][r][idx >> 2], idx & 3), f[m][r].f1);
     if constexpr (kTwoStep) v = bf16x2_mul(v, f[m][r].f2);
@@ -160,11 +159,10 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[kSubtiles][
     }
 #pragma unroll
     for (int st = 0; st < 2 * NW; ++st) {
-      const int w = st >> 1, h = st & 1;
-      // Activation word 4w+h = (x_{8w+2h}, x_{8w+2h+1}), word 4w+h+2 = (x_{8w+2h+4}, ..+5).
-      const uint32_t b0 = prmt(X[4 * w + h], X[4 * w + h + 2], 0x5410);  // (x_{2h}, x_{2h+4})
-      const uint32_t b1 = prmt(X[4 * w + h], X[4 * w + h + 2], 0x7632);  // (x_{2h+1}, x_{2h+5})
-      const int p = 4 * w + 2 * h;
+      // Pairs p and p + 1 (elements 2p .. 2p + 3 of the lane's run) meet
+      // activation words p and p + 1, which hold the same elements.
+      const int p = 2 * st;
+      const uint32_t b0 = X[p], b1 = X[p + 1];
 #pragma unroll
       for (int m = 0; m < kSubtiles; ++m) {
         if constexpr (kHoist)

@@ -43,15 +43,16 @@ static_assert(kCodeStageBytes == kTileRows * kChunk / 2, "two E2M1 codes per byt
 // warp's 16 rows and the operand k {16s + 2t, 16s + 2t + 1} (a0 / a1) and
 // {16s + 2t + 8, 16s + 2t + 9} (a2 / a3). The code layout (kMmaRowGroups16)
 // gives lane t the physical elements [32t, 32t + 32) of the chunk as four
-// words, word w's pair i being the elements (8w + i, 8w + i + 4)
-// (smxx::e2m1_pair_bits). Step s takes word s / 2: pair 2 (s % 2) for a0 / a1,
-// pair 2 (s % 2) + 1 for a2 / a3. So operand k = 16s + 2t + 8p + b (p: a2/a3,
-// b: the high half of the pair) is the physical element
-// 32t + 8 (s / 2) + 2 (s % 2) + p + 4b, and the activations are stored in that
-// order: a dot product is unchanged when both operands' K is permuted alike.
+// words, word w's pair i being the elements (8w + 2i, 8w + 2i + 1)
+// (src/prepare/pair_bits.h). Step s takes word s / 2: pair 2 (s % 2) for
+// a0 / a1, pair 2 (s % 2) + 1 for a2 / a3. So operand k = 16s + 2t + 8p + b
+// (p: a2/a3, b: the high half of the pair) is the physical element
+// 32t + 8 (s / 2) + 4 (s % 2) + 2p + b, and the activations are stored in
+// that order: a dot product is unchanged when both operands' K is permuted
+// alike.
 MXMOE_SM90_HD constexpr int physical_k(int k) {
   const int s = k >> 4, t = (k >> 1) & 3, p = (k >> 3) & 1, b = k & 1;
-  return 32 * t + 8 * (s >> 1) + 2 * (s & 1) + p + 4 * b;
+  return 32 * t + 8 * (s >> 1) + 4 * (s & 1) + 2 * p + b;
 }
 // The code word and pair (smxx::e2m1_pair_bits) that feed register `reg`
 // (0..3: a0..a3) of k16 step s; a1 and a3 come from the second row (g + 8).
@@ -61,7 +62,7 @@ MXMOE_SM90_HD constexpr bool a_second_row(int reg) { return (reg & 1) != 0; }
 // The inverse of physical_k: operand k of physical element e = 32t + 8w + i.
 MXMOE_SM90_HD constexpr int logical_k(int e) {
   const int t = e >> 5, w = (e >> 3) & 3, i = e & 7;
-  const int pair = i & 3, b = i >> 2;
+  const int pair = i >> 1, b = i & 1;
   return 32 * w + 8 * pair + 2 * t + b;
 }
 
@@ -86,14 +87,11 @@ MXMOE_SM90_HD constexpr int64_t packed_offset(int bn, int64_t k_padded, int64_t 
 // row come from the physical 8-element pieces (t, w), t = 0..3 (elements
 // 32t + 8w + i), and make the 16-byte operand pieces 4w + j, j = 0..3. `in[t]`
 // holds piece (t, w) as 4 words (x0 x1, x2 x3, x4 x5, x6 x7; even element in
-// the low half); `out[j]` receives operand piece 4w + j, whose word t is the
-// pair (x_j, x_{j+4}) of piece t.
+// the low half); `out[j]` receives operand piece 4w + j, whose word t is word
+// j (the pair (x_2j, x_2j+1)) of piece t: a 4 x 4 transpose of words.
 MXMOE_SM90_HD inline void pack_pieces(const uint32_t (&in)[4][4], uint32_t (&out)[4][4]) {
   for (int j = 0; j < 4; ++j)
-    for (int t = 0; t < 4; ++t) {
-      const uint32_t a = in[t][j >> 1], c = in[t][(j >> 1) + 2];
-      out[j][t] = (j & 1) ? ((a >> 16) | (c & 0xFFFF0000u)) : ((a & 0xFFFFu) | (c << 16));
-    }
+    for (int t = 0; t < 4; ++t) out[j][t] = in[t][j];
 }
 
 // ---- wgmma shared-memory descriptor of the activation operand -------------------
