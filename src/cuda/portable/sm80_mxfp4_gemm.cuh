@@ -285,8 +285,16 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   __shared__ float red[Cfg::kSplitK ? kW : 1][kSubtiles * NT * 4][32];
 
   const int ti = blockIdx.x;
-  smxx::wait_for_previous_kernels();  // the tile schedule and activations come from earlier kernels
-  smxx::allow_next_kernel();
+  // GEMM1 reads what the kernel just before it wrote (the tile schedule or
+  // the router's ids): it waits first. GEMM2 needs GEMM1's output only for
+  // its activations; its schedule, ids, weights and bias are from two or more
+  // launches back, complete before this grid could start (allow_next_kernel
+  // follows the wait in every kernel), so it requests them and its first
+  // chunk of codes during GEMM1's tail and waits just before the main loop.
+  if constexpr (kSwiglu) {
+    smxx::wait_for_previous_kernels();
+    smxx::allow_next_kernel();
+  }
   const bool per_pair = NT == 1 && p.pair_ids != nullptr;
   if (kSwiglu && p.arrivals && blockIdx.x == 0 && blockIdx.y == 0)
     for (int i = threadIdx.x; i < p.n_arrivals; i += blockDim.x) p.arrivals[i] = 0;  // read by GEMM2 only
@@ -379,6 +387,10 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
 #pragma unroll
   for (int d = 0; d < Cfg::kDepth; ++d)
     if (c0 + d * step < nfull) load_full(c0 + d * step, q[d], s[d]);
+  if constexpr (!kSwiglu) {
+    smxx::wait_for_previous_kernels();  // the activations are GEMM1's
+    smxx::allow_next_kernel();
+  }
   for (int c = c0; c < nfull; c += step) {
     const int ahead = c + Cfg::kDepth * step;
     if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
