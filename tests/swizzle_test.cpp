@@ -58,6 +58,8 @@ TEST(Swizzle, MmaRowGroups16IsTheFragmentOrder) {
         const uint8_t* src = dense.data() + row * row_bytes + b;
         for (int i = 0; i < 4; ++i) {
           const uint32_t pair = pair_bits::e2m1_pair_bits(w, i);
+          // The rotate form (the wgmma consumers') reads the same pattern.
+          ASSERT_EQ(pair_bits::e2m1_pair_bits<pair_bits::ShiftPipe::kAlu>(w, i), pair);
           const uint8_t lo = uint8_t(src[i] & 0xF), hi = uint8_t(src[i] >> 4);
           ASSERT_EQ(bf16_pattern_value(pair & 0xFFFF), double(e2m1_to_float(lo)))
               << "cols " << cols << " row " << row << " byte " << b << " pair " << i;

@@ -48,14 +48,25 @@ constexpr int stored_bit(int i, int p) {
 
 MXMOE_PAIR_BITS_HD uint32_t rotate_right(uint32_t w, int n) { return (w >> n) | (w << (32 - n)); }
 
+// Which pipe the shifts of pairs 1 and 3 go to. Their masks keep only bits
+// the left shift brought in, so a rotate gives the same pattern: kFma writes
+// left shifts (IMAD.SHL) for the portable decode kernels, whose integer pipe
+// is their limit; kAlu writes rotates (SHF) for the wgmma consumers, whose
+// FMA pipe carries the scale multiplies (H200, same-run A/B: gpt-oss-120b
+// T = 256 714 / 716 us against 721 / 722, gpt-oss-20b T = 256 249 against 252).
+enum class ShiftPipe { kFma, kAlu };
+
 // The bf16x2 pattern of pair i (0..3) of stored word w.
+template <ShiftPipe kPipe = ShiftPipe::kFma>
 MXMOE_PAIR_BITS_HD uint32_t e2m1_pair_bits(uint32_t w, int i) {
+  constexpr bool kFma = kPipe == ShiftPipe::kFma;
   switch (i) {
     case 0: return w & kPatternMask;
-    case 1: return (w << 4) & kPatternMask;
+    case 1: return (kFma ? w << 4 : rotate_right(w, 28)) & kPatternMask;
     case 2: return rotate_right(w, 6) & kPatternMask;
     default:
-      return ((w << 6) & (kPatternMask & ~kPair3FromRotate)) | (rotate_right(w, 2) & kPair3FromRotate);
+      return ((kFma ? w << 6 : rotate_right(w, 26)) & (kPatternMask & ~kPair3FromRotate)) |
+             (rotate_right(w, 2) & kPair3FromRotate);
   }
 }
 

@@ -19,10 +19,6 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
-// Pair i (elements 2i, 2i + 1) of a stored code word -> bf16x2 of the E2M1
-// values times 2^-126 (src/prepare/pair_bits.h).
-using pair_bits::e2m1_pair_bits;
-
 // bf16x2 factors folding 2^126 and the E8M0 scale 2^(s-127). Fast path (every
 // scale involved below 128, as in real weights): one multiply by
 // f1 = 2^(s-1), whose bf16 exponent field is s + 126, placed in both halves

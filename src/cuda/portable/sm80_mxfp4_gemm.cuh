@@ -104,7 +104,6 @@ __device__ __forceinline__ uint4 ld_act16(const void* p) {
 }
 
 using smxx::bf16x2_mul;
-using smxx::e2m1_pair_bits;
 using smxx::scale_factor_any;
 using smxx::scale_factor_small;
 using smxx::ScaleFactor;
@@ -127,7 +126,7 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[kSubtiles][
                                                  bool act_ok, float (&acc)[kSubtiles][NT][4]) {
   // Pair idx = 4w + i of row (m, r): bf16 pair i (elements 2i, 2i + 1) of code word w.
   auto deq = [&](int m, int r, int idx) {
-    uint32_t v = bf16x2_mul(e2m1_pair_bits(q[m][r][idx >> 2], idx & 3), f[m][r].f1);
+    uint32_t v = bf16x2_mul(pair_bits::e2m1_pair_bits<pair_bits::ShiftPipe::kFma>(q[m][r][idx >> 2], idx & 3), f[m][r].f1);
     if constexpr (kTwoStep) v = bf16x2_mul(v, f[m][r].f2);
     return v;
   };

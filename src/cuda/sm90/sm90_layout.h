@@ -54,7 +54,7 @@ MXMOE_SM90_HD constexpr int physical_k(int k) {
   const int s = k >> 4, t = (k >> 1) & 3, p = (k >> 3) & 1, b = k & 1;
   return 32 * t + 8 * (s >> 1) + 4 * (s & 1) + 2 * p + b;
 }
-// The code word and pair (smxx::e2m1_pair_bits) that feed register `reg`
+// The code word and pair (pair_bits::e2m1_pair_bits) that feed register `reg`
 // (0..3: a0..a3) of k16 step s; a1 and a3 come from the second row (g + 8).
 MXMOE_SM90_HD constexpr int a_word(int s) { return s >> 1; }
 MXMOE_SM90_HD constexpr int a_pair(int s, int reg) { return 2 * (s & 1) + (reg >> 1); }

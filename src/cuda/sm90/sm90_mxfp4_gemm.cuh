@@ -69,7 +69,7 @@ __device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& h
     fh = {smxx::scale_factor_small(s_hi), 0u};
   }
   auto deq = [](uint32_t word, int pair, const smxx::ScaleFactor& f) {
-    uint32_t v = smxx::bf16x2_mul(smxx::e2m1_pair_bits(word, pair), f.f1);
+    uint32_t v = smxx::bf16x2_mul(pair_bits::e2m1_pair_bits<pair_bits::ShiftPipe::kAlu>(word, pair), f.f1);
     if constexpr (kTwoStep) v = smxx::bf16x2_mul(v, f.f2);
     return v;
   };
