@@ -27,5 +27,12 @@ TEST(PortableHeuristics, PerPairDecodeWhileExpertsRarelyRepeat) {
   EXPECT_FALSE(per_pair_decode(1, 4, 32, 32));   // only with 8-token tiles
 }
 
+TEST(PortableHeuristics, DescribesTheTiles) {
+  EXPECT_EQ(describe_tiles(1, 4, 32), kPerPairDescription);
+  EXPECT_EQ(describe_tiles(16, 4, 32), "8-token tiles of expert-grouped rows");
+  EXPECT_EQ(describe_tiles(1024, 4, 32), "32-token tiles of expert-grouped rows");
+  EXPECT_EQ(describe_tiles(16384, 4, 32), "64-token tiles of expert-grouped rows");
+}
+
 }  // namespace
 }  // namespace mxmoe::portable

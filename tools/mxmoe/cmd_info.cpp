@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "cuda/portable/heuristics.h"
 #include "cuda/sm90/heuristics.h"
 #include "model_presets.h"
 #include "mxmoe/checkpoint.h"
@@ -48,7 +49,10 @@ int run(const InfoOptions& o) {
   fmt::print("\n{}", describe_backends(dispatch_input_for_this_process("auto", shape)));
   fmt::print("\npreparation for the {} (E={} H={} I={} top-{}):\n{}", shape_source, shape.experts, shape.hidden,
              shape.intermediate, shape.topk, describe_preparation(shape));
-  // What the sm90 backend would run at each token count of the bench sweep.
+  // What the portable and sm90 backends would run at each token count of the bench sweep.
+  fmt::print("\nportable configuration per token count (docs/PERF.md):\n");
+  for (int64_t T : {1, 4, 16, 64, 256, 1024, 4096, 16384})
+    fmt::print("  T = {:>5}: {}\n", T, portable::describe_tiles(T, shape.topk, shape.experts));
   const PreparePlan sm90_plan = make_plan(BackendKind::kSm90, shape);
   fmt::print("\nsm90 configuration per token count (heuristics measured on an H200; docs/PERF.md):\n");
   for (int64_t T : {1, 4, 16, 64, 256, 1024, 4096, 16384})

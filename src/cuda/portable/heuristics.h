@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace mxmoe::portable {
 
@@ -32,6 +33,16 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
 inline bool per_pair_decode(int64_t tokens, int64_t topk, int64_t experts, int token_tile) {
   const int64_t pairs = tokens * topk;
   return token_tile == 8 && pairs * (pairs - 1) <= 2 * experts;
+}
+
+inline constexpr const char* kPerPairDescription = "a tile per (token, slot) pair: no grouping or combine kernel";
+
+// One line on the tiles of both GEMMs at `tokens` (what `mxmoe info` prints),
+// e.g. "32-token tiles of expert-grouped rows".
+inline std::string describe_tiles(int64_t tokens, int64_t topk, int64_t experts) {
+  const int tile = token_tile(tokens, topk, experts);
+  if (per_pair_decode(tokens, topk, experts, tile)) return kPerPairDescription;
+  return std::to_string(tile) + "-token tiles of expert-grouped rows";
 }
 
 }  // namespace mxmoe::portable

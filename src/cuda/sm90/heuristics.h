@@ -93,8 +93,7 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
 // One line, e.g. "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2)".
 inline std::string describe(const Config& c) {
   if (c.path == Path::kPortableDecode)
-    return c.per_pair ? "portable decode kernels (mma.sync GEMV), a tile per (token, slot) pair: no grouping or "
-                        "combine kernel"
+    return c.per_pair ? std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription
                       : "portable decode kernels (mma.sync GEMV) on expert-grouped tiles";
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
          std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2)";
