@@ -106,7 +106,9 @@ TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
 }
 
 TEST(Sm90Layout, DescriptorFields) {
-  const uint32_t stage = 3 * 1024 + 65536;
+  // Every 1024-aligned stage a block's shared memory can hold (the step only
+  // adds to the 14-bit start address: no carry into the fields above it).
+  for (uint32_t stage = 0; stage + 1024 <= 232448 + 1024; stage += 1024)
   for (int bn : {16, 32, 64, 128})
     for (int s = 0; s < 8; ++s) {
       const uint64_t d = b_descriptor(stage, bn, s);

@@ -101,9 +101,21 @@ MXMOE_SM90_HD inline void pack_pieces(const uint32_t (&in)[4][4], uint32_t (&out
 // swizzled K-major operand), stride byte offset 1024 >> 4 (the next 8 rows),
 // base offset 0 (the atoms are 1024-aligned, and the start offset stays
 // inside the first 128 bytes), swizzle mode 1 (128 bytes) in bits 62-63.
+// The high word is the same for every stage and step, and the step only adds
+// to the start address: shared addresses are below 256 KB, so (address >> 4)
+// fits the 14-bit field and the addition never carries out of it. The kernel
+// builds a stage's low word once per chunk and adds a constant per step (one
+// integer add per wgmma instead of rebuilding the 64-bit descriptor).
+inline constexpr uint32_t kBDescriptorHi = (1024u >> 4) | (1u << 30);
+MXMOE_SM90_HD constexpr uint32_t b_descriptor_lo(uint32_t stage) { return ((stage >> 4) & 0x3FFFu) | (1u << 16); }
+MXMOE_SM90_HD constexpr uint32_t b_descriptor_step(int bn, int s) {
+  return uint32_t(((s >> 2) * bn * 128 + (s & 3) * 32) >> 4);
+}
+MXMOE_SM90_HD constexpr uint64_t b_descriptor_at(uint32_t stage_lo, int bn, int s) {
+  return (uint64_t(kBDescriptorHi) << 32) | (stage_lo + b_descriptor_step(bn, s));
+}
 MXMOE_SM90_HD constexpr uint64_t b_descriptor(uint32_t stage, int bn, int s) {
-  const uint32_t start = stage + uint32_t((s >> 2) * bn * 128 + (s & 3) * 32);
-  return uint64_t((start >> 4) & 0x3FFFu) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+  return b_descriptor_at(b_descriptor_lo(stage), bn, s);
 }
 
 // ---- Accumulators (wgmma m64nNk16, f32) -------------------------------------------

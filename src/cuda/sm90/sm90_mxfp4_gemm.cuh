@@ -230,12 +230,13 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       const uint4 lo = *reinterpret_cast<const uint4*>(codes);
       const uint4 hi = *reinterpret_cast<const uint4*>(codes + kGroupChunkBytes / 2);
       dequantise_chunk<kTwoStep>(lo, hi, scales_lo[4 * c], scales_lo[scale_row + 4 * c], a);
-      const uint32_t stage = sm.base + sm.l.act + s * kActBytes;
+      const uint32_t stage_lo = b_descriptor_lo(sm.base + sm.l.act + s * kActBytes);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < 8; ++k) ptx::Wgmma<BN>::mma(acc, a[k][0], a[k][1], a[k][2], a[k][3], b_descriptor(stage, BN, k));
+      for (int k = 0; k < 8; ++k)
+        ptx::Wgmma<BN>::mma(acc, a[k][0], a[k][1], a[k][2], a[k][3], b_descriptor_at(stage_lo, BN, k));
       ptx::wgmma_commit();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
