@@ -27,7 +27,7 @@ using testing::random_floats;
 using testing::round_to_bf16;
 using testing::expect_matches_reference;
 using testing::quick_sweep;
-using testing::route_mode_name;
+using testing::describe_case;
 using testing::RouteMode;
 
 constexpr int64_t kPoison = 4096;
@@ -40,10 +40,7 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return "E=" + std::to_string(c.shape.experts) + " H=" + std::to_string(c.shape.hidden) +
-         " I=" + std::to_string(c.shape.intermediate) + " k=" + std::to_string(c.shape.topk) +
-         " T=" + std::to_string(c.tokens) + " routing=" + route_mode_name(c.mode) +
-         " seed=" + std::to_string(c.seed);
+  return describe_case(c.shape, c.tokens, c.mode) + " seed=" + std::to_string(c.seed);
 }
 
 // Runs one case; returns the GPU output for further checks.

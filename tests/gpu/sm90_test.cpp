@@ -35,7 +35,7 @@ using testing::random_floats;
 using testing::round_to_bf16;
 using testing::expect_matches_reference;
 using testing::quick_sweep;
-using testing::route_mode_name;
+using testing::describe_case;
 using testing::RouteMode;
 
 constexpr int64_t kPoison = 4096;
@@ -62,10 +62,7 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return "E=" + std::to_string(c.shape.experts) + " H=" + std::to_string(c.shape.hidden) +
-         " I=" + std::to_string(c.shape.intermediate) + " k=" + std::to_string(c.shape.topk) +
-         " T=" + std::to_string(c.tokens) + " routing=" + route_mode_name(c.mode) + " path=" +
-         std::to_string(c.overrides.path) + " tile=" + std::to_string(c.overrides.token_tile) +
+  return describe_case(c.shape, c.tokens, c.mode) + " path=" + std::to_string(c.overrides.path) + " tile=" + std::to_string(c.overrides.token_tile) +
          " seeds: weights " + std::to_string(c.seed) + ", x " + std::to_string(c.seed + 1) + ", routing " +
          std::to_string(c.seed + 2);
 }

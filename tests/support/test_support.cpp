@@ -61,6 +61,11 @@ const char* route_mode_name(RouteMode m) {
   return "?";
 }
 
+std::string describe_case(const MoeShape& s, int64_t tokens, RouteMode mode) {
+  return "E=" + std::to_string(s.experts) + " H=" + std::to_string(s.hidden) + " I=" + std::to_string(s.intermediate) +
+         " k=" + std::to_string(s.topk) + " T=" + std::to_string(tokens) + " routing=" + route_mode_name(mode);
+}
+
 Routing make_test_routing(RouteMode mode, int64_t T, const MoeShape& s, uint64_t seed) {
   Routing r = make_random_routing(T, s.experts, s.topk, seed);
   const int64_t k = s.topk;

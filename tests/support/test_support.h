@@ -38,6 +38,8 @@ enum class RouteMode {
   kRepeatedExpert,  // every slot on expert 1 (ids repeat within a token, as in sharded routing)
 };
 const char* route_mode_name(RouteMode m);
+// "E=.. H=.. I=.. k=.. T=.. routing=..": the start of a GPU case's trace line.
+std::string describe_case(const MoeShape& s, int64_t tokens, RouteMode mode);
 // The routing of `mode` (kRouter: random, unused by the caller), from seed.
 Routing make_test_routing(RouteMode mode, int64_t tokens, const MoeShape& s, uint64_t seed);
 
