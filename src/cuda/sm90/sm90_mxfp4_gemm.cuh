@@ -41,12 +41,16 @@
 namespace mxmoe::sm90 {
 
 // Register budgets after setmaxnreg (multiples of 8): 128 x 40 + 256 x 232 =
-// 64512 of the SM's 65536. The kernel enters with 65536 / 384 = 168 (launch
-// bounds with one block per SM, which setmaxnreg needs to take effect).
+// 64512. The kernel enters with 65536 / 384 rounded down to 8 = 168 per thread
+// (launch bounds with one block per SM, which setmaxnreg needs to take
+// effect), and setmaxnreg only moves registers between the block's warps: an
+// increase waits until decreases free enough of the block's own registers.
+// Budgets beyond the 384 x 168 the block entered with would hang the kernel.
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
-static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536,
-              "the warpgroups' register budgets must fit the register file");
+inline constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kEntryRegs,
+              "the warpgroups' register budgets must fit the registers the block enters with");
 
 namespace detail {
 
