@@ -106,22 +106,24 @@ TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
 }
 
 TEST(Sm90Layout, DescriptorFields) {
-  // Every 1024-aligned stage a block's shared memory can hold (the step only
-  // adds to the 14-bit start address: no carry into the fields above it).
-  for (uint32_t stage = 0; stage + 1024 <= 232448 + 1024; stage += 1024)
-  for (int bn : {16, 32, 64, 128})
-    for (int s = 0; s < 8; ++s) {
-      const uint64_t d = b_descriptor(stage, bn, s);
-      EXPECT_EQ((d & 0x3FFF) << 4, stage + uint32_t((s / 4) * bn * 128 + (s % 4) * 32));
-      EXPECT_EQ((d >> 16) & 0x3FFF, 1u);          // leading byte offset (unused when swizzled)
-      EXPECT_EQ(((d >> 32) & 0x3FFF) << 4, 1024u);  // stride byte offset: 8 rows x 128 bytes
-      EXPECT_EQ((d >> 49) & 7, 0u);               // base offset
-      EXPECT_EQ(d >> 62, 1u);                     // 128-byte swizzle
-      EXPECT_EQ((d >> 14) & 3, 0u);
-      EXPECT_EQ((d >> 30) & 3, 0u);
-      EXPECT_EQ((d >> 46) & 7, 0u);
-      EXPECT_EQ((d >> 52) & 0x3FF, 0u);
-    }
+  // Every 1024-aligned stage below 224 KB, so that the stage plus its largest
+  // step offset (16 KB + 96 at 128 tokens) stays a shared address below
+  // 256 KB: the step only adds to the 14-bit start address, and must not
+  // carry into the fields above it.
+  for (uint32_t stage = 0; stage < 224 * 1024; stage += 1024)
+    for (int bn : {16, 32, 64, 128})
+      for (int s = 0; s < 8; ++s) {
+        const uint64_t d = b_descriptor(stage, bn, s);
+        EXPECT_EQ((d & 0x3FFF) << 4, stage + uint32_t((s / 4) * bn * 128 + (s % 4) * 32));
+        EXPECT_EQ((d >> 16) & 0x3FFF, 1u);          // leading byte offset (unused when swizzled)
+        EXPECT_EQ(((d >> 32) & 0x3FFF) << 4, 1024u);  // stride byte offset: 8 rows x 128 bytes
+        EXPECT_EQ((d >> 49) & 7, 0u);               // base offset
+        EXPECT_EQ(d >> 62, 1u);                     // 128-byte swizzle
+        EXPECT_EQ((d >> 14) & 3, 0u);
+        EXPECT_EQ((d >> 30) & 3, 0u);
+        EXPECT_EQ((d >> 46) & 7, 0u);
+        EXPECT_EQ((d >> 52) & 0x3FF, 0u);
+      }
 }
 
 TEST(Sm90Layout, AccumulatorFragment) {

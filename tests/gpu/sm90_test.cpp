@@ -62,9 +62,9 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return describe_case(c.shape, c.tokens, c.mode) + " path=" + std::to_string(c.overrides.path) + " tile=" + std::to_string(c.overrides.token_tile) +
-         " seeds: weights " + std::to_string(c.seed) + ", x " + std::to_string(c.seed + 1) + ", routing " +
-         std::to_string(c.seed + 2);
+  return describe_case(c.shape, c.tokens, c.mode) + " path=" + std::to_string(c.overrides.path) +
+         " tile=" + std::to_string(c.overrides.token_tile) + " seeds: weights " + std::to_string(c.seed) + ", x " +
+         std::to_string(c.seed + 1) + ", routing " + std::to_string(c.seed + 2);
 }
 
 std::unique_ptr<Backend> make_backend(const MoeWeights& w, const sm90::Overrides& o) {
