@@ -45,7 +45,8 @@ if [ $rc -ne 0 ]; then tail -40 "$OUT/logs.txt"; exit 1; fi
   awk '/Function : .*gemmILi1ELb1E/{p=1} p&&/Function : /&&!/gemmILi1ELb1E/{p=0} p' /tmp/gemm.sass
   echo "== ptxas -v of the sm90 (wgmma) GEMM instances"
   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v --expt-relaxed-constexpr -Iinclude -Isrc \
-    -c src/cuda/sm90/sm90_mxfp4_gemm.cu -o /tmp/sm90_gemm.o 2>&1 | grep -E "Compiling|registers|spill|warn"
+    -c src/cuda/sm90/sm90_mxfp4_gemm.cu -o /tmp/sm90_gemm.o > /tmp/sm90_ptxas.log 2>&1
+  grep -E "Compiling|registers|spill|warn|C75" /tmp/sm90_ptxas.log
   cuobjdump --dump-sass /tmp/sm90_gemm.o > /tmp/sm90_gemm.sass 2>&1
   echo "== SASS instruction counts (sm90 GEMM)"
   for op in HGMMA WARPGROUP.ARRIVE WARPGROUP.DEPBAR UBLKCP SYNCS LDS HMUL2 STG LDL STL; do
@@ -55,16 +56,18 @@ if [ $rc -ne 0 ]; then tail -40 "$OUT/logs.txt"; exit 1; fi
   awk '/Function : .*gemmILi128ELb1E/{p=1} p&&/Function : /&&!/gemmILi128ELb1E/{p=0} p' /tmp/sm90_gemm.sass
 } > "$OUT/sass.txt" 2>&1
 say "HMMA in SASS: $(grep -c HMMA /tmp/gemm.sass)  local-memory ops (LDL/STL): $(grep -cE '\b(LDL|STL)' /tmp/gemm.sass)"
-# The sm90 GEMM must run on wgmma (HGMMA; an HMMA-only SASS is the slow path)
-# and keep every register array in registers.
+# The sm90 GEMM must run on wgmma (HGMMA; an HMMA-only SASS is the slow path),
+# keep every register array in registers, and keep its wgmmas asynchronous
+# (ptxas C7512: "wgmma.mma_async instructions are serialized").
 sm90_hgmma=$(grep -c HGMMA /tmp/sm90_gemm.sass)
 sm90_local=$(grep -cE '\b(LDL|STL)' /tmp/sm90_gemm.sass)
+sm90_serial=$(grep -c C7512 /tmp/sm90_ptxas.log)
 sm90_sass=ok
-if [ "$sm90_hgmma" -eq 0 ] || [ "$sm90_local" -ne 0 ]; then sm90_sass=FAIL; fi
-say "sm90 GEMM SASS: HGMMA $sm90_hgmma, local-memory ops (LDL/STL) $sm90_local: $sm90_sass"
+if [ "$sm90_hgmma" -eq 0 ] || [ "$sm90_local" -ne 0 ] || [ "$sm90_serial" -ne 0 ]; then sm90_sass=FAIL; fi
+say "sm90 GEMM SASS: HGMMA $sm90_hgmma, local-memory ops (LDL/STL) $sm90_local, serialised wgmma (C7512) $sm90_serial: $sm90_sass"
 
 t0=$(date +%s)
-ctest --test-dir "$B" -L gpu --output-on-failure > /tmp/ctest.log 2>&1
+ctest --test-dir "$B" -L gpu --timeout 180 --output-on-failure > /tmp/ctest.log 2>&1
 rc=$?
 cat /tmp/ctest.log >> "$OUT/logs.txt"
 say "ctest -L gpu: rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
