@@ -66,10 +66,11 @@ TEST(Plan, Sm90PadsHiddenPastTheLast128Tile) {
   const PreparePlan p = make_plan(BackendKind::kSm90, kGptOss20b);
   EXPECT_EQ(p.hidden_padded, 2944);
   EXPECT_EQ(p.intermediate_padded, 2944);
-  // The portable kernel's byte layout (its decode path runs on these weights),
-  // and no over-read: the producer requests only the chunks of its tiles.
+  // The portable kernel's words, a 128-row tile's groups interleaved by chunk
+  // (its decode path runs on these weights), and no over-read: the producer
+  // requests only the chunks of its tiles.
   EXPECT_EQ(p.w13_layout, W13Layout::kInterleaved);
-  EXPECT_EQ(p.swizzle, WeightSwizzle::kMmaRowGroups16);
+  EXPECT_EQ(p.swizzle, WeightSwizzle::kMmaRowTiles128);
   EXPECT_EQ(p.prefetch_rows, 0);
   EXPECT_EQ(p.w13_codes_bytes, 32 * 2 * 2944 * 2944 / 2);
   EXPECT_EQ(p.w2_scales_bytes, 32 * 2944 * 2944 / 32);

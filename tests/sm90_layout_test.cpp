@@ -86,6 +86,17 @@ TEST(Sm90Layout, PackedTensorIsStagesBackToBack) {
       }
 }
 
+TEST(Sm90Layout, EightRowsOnIsOneKilobyteOn) {
+  // GEMM1's epilogue addresses a thread's outputs (token rows 8 jj + r, r < 8,
+  // one operand column) from the row-r offset plus 1024 jj.
+  for (int bn : {16, 32, 64, 128})
+    for (int64_t e : {0, 1, 37, 127, 128, 300})
+      for (int r = 0; r < 8; ++r)
+        for (int jj = 0; jj < bn / 8; ++jj)
+          ASSERT_EQ(packed_offset(bn, 384, 2, 8 * jj + r, e), packed_offset(bn, 384, 2, r, e) + 1024 * jj)
+              << bn << " " << e << " " << r << " " << jj;
+}
+
 TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
   // The pack kernel's 16-byte formation against packed_offset element by element.
   std::mt19937 rng(7);
@@ -213,7 +224,7 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
   for (auto& c : codes) c = uint8_t(rng());
   for (auto& s : scales) s = uint8_t(125 + rng() % 5);
   std::vector<uint8_t> uploaded(codes.size());
-  ASSERT_TRUE(swizzle_codes(WeightSwizzle::kMmaRowGroups16, codes.data(), rows, kp, uploaded.data()).ok());
+  ASSERT_TRUE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, codes.data(), rows, kp, uploaded.data()).ok());
   const int tile = 1;  // token tile index in the packed tensor
   std::vector<float> x(size_t(bn * kp));
   for (auto& v : x) v = float(int(rng() % 17) - 8);
@@ -229,12 +240,10 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
   const int64_t row0 = int64_t(rt) * kTileRows;
   const uint32_t stage_addr = 7 * 1024;  // where the producer put the stage (1024-aligned)
   for (int64_t c = 0; c < nc; ++c) {
-    // Producer: 8 row groups' 1 KB chunks -> code stage; the tile's scale rows;
-    // the packed stage (tile, c).
+    // Producer: the tile's 8 KB of chunk c -> code stage; the tile's scale
+    // rows; the packed stage (tile, c).
     std::vector<uint8_t> code_stage(kCodeStageBytes);
-    for (int G = 0; G < 8; ++G)
-      std::memcpy(&code_stage[size_t(G * kGroupChunkBytes)],
-                  &uploaded[size_t((row0 + kGroupRows * G) * row_bytes + c * kGroupChunkBytes)], kGroupChunkBytes);
+    std::memcpy(code_stage.data(), &uploaded[size_t(row0 * row_bytes + c * kCodeStageBytes)], kCodeStageBytes);
     const uint8_t* scale_tile = &scales[size_t(row0 * (kp / 32))];
     const uint8_t* stage = &packed[size_t((tile * nc + c) * stage_bytes(bn))];
     for (int q = 0; q < kConsumerWarpgroups; ++q)

@@ -29,6 +29,14 @@ int64_t mma16_position(int64_t row, int64_t byte, int64_t row_bytes) {
   return base + (full_bytes / 64) * 1024 + r * 256 + (4 * g + t) * 8 + w;
 }
 
+// The same byte in kMmaRowTiles128: the fragment-order byte of its 16-row
+// group, with the 8 groups of each 128-row tile interleaved by 1 KB chunk.
+int64_t tile128_position(int64_t row, int64_t byte, int64_t row_bytes) {
+  const int64_t tile = row / 128, group = (row % 128) / 16;
+  const int64_t in_group = mma16_position(row % 16, byte, row_bytes);  // [c][1 KB]
+  return tile * 128 * row_bytes + (in_group / 1024) * 8192 + group * 1024 + in_group % 1024;
+}
+
 // A bf16 bit pattern times 2^126 (the extraction yields E2M1 value * 2^-126).
 double bf16_pattern_value(uint32_t bits16) {
   uint32_t f = bits16 << 16;
@@ -77,6 +85,35 @@ TEST(Swizzle, MmaRowGroups16IsTheFragmentOrder) {
   }
 }
 
+TEST(Swizzle, MmaRowTiles128InterleavesATilesGroupsByChunk) {
+  for (int64_t cols : {128, 256, 2944, 768}) {
+    const int64_t rows = 256, row_bytes = cols / 2;
+    std::vector<uint8_t> dense(size_t(rows * row_bytes)), groups(dense.size()), out(dense.size(), 0);
+    std::mt19937 rng{static_cast<unsigned>(cols + 1)};
+    for (auto& b : dense) b = uint8_t(rng());
+    ASSERT_TRUE(swizzle_codes(WeightSwizzle::kMmaRowGroups16, dense.data(), rows, cols, groups.data()).ok());
+    ASSERT_TRUE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, dense.data(), rows, cols, out.data()).ok());
+    // Every byte where the formula puts it, carrying the fragment-order byte
+    // (same word bits) of its row.
+    std::vector<bool> hit(out.size(), false);
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t b = 0; b < row_bytes; ++b) {
+        const int64_t at = tile128_position(row, b, row_bytes);
+        ASSERT_LT(at, int64_t(out.size()));
+        ASSERT_FALSE(hit[size_t(at)]) << "two bytes land on " << at;
+        hit[size_t(at)] = true;
+        ASSERT_EQ(out[size_t(at)], groups[size_t(mma16_position(row, b, row_bytes))])
+            << "cols " << cols << " row " << row << " byte " << b;
+      }
+    // A tile's chunk c (here the second tile's last) is one 8 KB run: group
+    // g's 1 KB image at 1024 g.
+    const int64_t c = row_bytes / 64 - 1;
+    for (int64_t g = 0; g < 8; ++g)
+      ASSERT_EQ(0, std::memcmp(&out[size_t(128 * row_bytes + 8192 * c + 1024 * g)],
+                               &groups[size_t(128 * row_bytes + g * 16 * row_bytes + 1024 * c)], 1024));
+  }
+}
+
 TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {
   std::vector<uint8_t> dense(16 * 32), out(dense.size());
   for (size_t i = 0; i < dense.size(); ++i) dense[i] = uint8_t(i * 7 + 1);
@@ -84,13 +121,17 @@ TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {
   EXPECT_EQ(out, dense);
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowGroups16, dense.data(), 8, 128, out.data()).ok());
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowGroups16, dense.data(), 16, 32, out.data()).ok());
+  std::vector<uint8_t> big(128 * 96);
+  EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, big.data(), 64, 128, out.data()).ok());   // rows
+  EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, big.data(), 128, 192, big.data()).ok());  // K % 128
 }
 
 TEST(Swizzle, PortableAndSm90PlansUseFragmentOrder) {
   EXPECT_EQ(make_plan(BackendKind::kPortable, kGptOss20b).swizzle, WeightSwizzle::kMmaRowGroups16);
   // sm90's wgmma A fragment of a warp is the mma.m16n8k16 A fragment of its 16
-  // rows: the same words (tests/sm90_layout_test.cpp follows them into wgmma).
-  EXPECT_EQ(make_plan(BackendKind::kSm90, kGptOss20b).swizzle, WeightSwizzle::kMmaRowGroups16);
+  // rows: the same words (tests/sm90_layout_test.cpp follows them into wgmma),
+  // a tile's groups interleaved by chunk.
+  EXPECT_EQ(make_plan(BackendKind::kSm90, kGptOss20b).swizzle, WeightSwizzle::kMmaRowTiles128);
   EXPECT_EQ(make_plan(BackendKind::kCpu, kGptOss20b).swizzle, WeightSwizzle::kNone);
 }
 

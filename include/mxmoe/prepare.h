@@ -53,7 +53,8 @@ TileOverreach backend_overreach(BackendKind kind);
 // Kernel-specific re-orderings of the prepared code bytes, applied when a
 // backend places the codes on its device (swizzle_codes); PreparedWeights keep
 // the dense padded layout, which the reference and the tests read. A swizzle
-// permutes bytes within each group of 16 rows, so extents do not change.
+// permutes bytes within each group of 16 (or 128) rows, so extents do not
+// change.
 enum class WeightSwizzle {
   kNone,
   // mma.m16n8k16 fragment order (portable and sm90 backends; a warp's wgmma
@@ -69,11 +70,16 @@ enum class WeightSwizzle {
   // permuted so that the kernel gets each bf16 pair of elements (2i, 2i + 1)
   // with few integer instructions (src/prepare/pair_bits.h).
   kMmaRowGroups16,
+  // kMmaRowGroups16 with the 8 groups of each 128-row tile interleaved by K
+  // chunk (sm90 backend): a tile's chunk c is its 8 groups' 1 KB images in
+  // group order, 8 KB at 8192c from the tile's start ([c][group][1 KB]), so
+  // one bulk copy brings a whole chunk of a tile. Needs K % 128 == 0.
+  kMmaRowTiles128,
 };
 
 // Writes the `rows` x `cols` (elements; cols/2 bytes a row) dense codes into
 // `out` in `swizzle` order. kMmaRowGroups16 needs rows % 16 == 0 and
-// cols % 64 == 0.
+// cols % 64 == 0; kMmaRowTiles128 rows % 128 == 0 and cols % 128 == 0.
 Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols,
                      uint8_t* out);
 

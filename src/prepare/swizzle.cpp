@@ -1,6 +1,7 @@
 // Kernel-specific orders of the prepared code bytes (see WeightSwizzle).
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -53,6 +54,15 @@ void swizzle_group_mma16(const uint8_t* dense, int64_t row_bytes, uint8_t* out) 
   }
 }
 
+// One tile of 128 rows in kMmaRowGroups16 order (`groups16`) -> its 8 groups'
+// chunk images interleaved by chunk.
+void interleave_tile_chunks(const uint8_t* groups16, int64_t row_bytes, uint8_t* out) {
+  const int64_t chunks = row_bytes / 64;
+  for (int g = 0; g < 8; ++g)
+    for (int64_t c = 0; c < chunks; ++c)
+      std::memcpy(out + c * 8192 + g * 1024, groups16 + g * 16 * row_bytes + c * 1024, 1024);
+}
+
 }  // namespace
 
 Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols,
@@ -70,6 +80,18 @@ Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, 
         swizzle_group_mma16(dense + g * 16 * row_bytes, row_bytes, out + g * 16 * row_bytes);
       permute_bits(out, rows * row_bytes);  // rows * row_bytes is a multiple of 16 * 32
       return Status::Ok();
+    case WeightSwizzle::kMmaRowTiles128: {
+      if (rows % 128 != 0 || cols % 128 != 0)
+        return Status::InvalidArgument(fmt::format(
+            "swizzle: 128-row tile order needs rows % 128 == 0 and cols % 128 == 0, got {} x {}", rows, cols));
+      std::vector<uint8_t> tile(size_t(128 * row_bytes));
+      for (int64_t r0 = 0; r0 < rows; r0 += 128) {
+        MXMOE_RETURN_IF_ERROR(
+            swizzle_codes(WeightSwizzle::kMmaRowGroups16, dense + r0 * row_bytes, 128, cols, tile.data()));
+        interleave_tile_chunks(tile.data(), row_bytes, out + r0 * row_bytes);
+      }
+      return Status::Ok();
+    }
   }
   return Status::InvalidArgument("swizzle: unknown order");
 }

@@ -49,6 +49,9 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
   dw.hidden_padded = plan.hidden_padded;
   dw.intermediate_padded = plan.intermediate_padded;
   dw.swiglu = p.swiglu;
+  if (plan.swizzle != WeightSwizzle::kMmaRowGroups16 && plan.swizzle != WeightSwizzle::kMmaRowTiles128)
+    return Status::InvalidArgument("portable: the kernels read codes in fragment order; the plan has none");
+  dw.swizzle = plan.swizzle;
   // One allocation holds every tensor, each inside its own poisoned margins.
   struct Piece { const void* src; size_t bytes; uint8_t poison; bool bf16_nan; size_t off = 0; };
   std::vector<Piece> pieces = {
@@ -92,10 +95,10 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
       continue;
     }
     // Codes: the kernels read them in the plan's fragment order; swizzle
-    // groups of 16 rows a chunk of at most 64 MB at a time.
+    // whole 128-row tiles (or the last rows) a chunk of at most 64 MB at a time.
     const auto [rows, cols] = code_shape[i == 0 ? 0 : 1];
     const int64_t row_bytes = cols / 2;
-    const int64_t chunk_rows = std::max<int64_t>(16, (int64_t(64) << 20) / row_bytes / 16 * 16);
+    const int64_t chunk_rows = std::max<int64_t>(128, (int64_t(64) << 20) / row_bytes / 128 * 128);
     const uint8_t* src = static_cast<const uint8_t*>(pc.src);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       const int64_t nr = std::min(chunk_rows, rows - r0);

@@ -10,6 +10,7 @@
 #include "cuda/portable/portable_launcher.h"
 #include "cuda/portable/sm80_mxfp4_gemm.cuh"
 #include "cuda/portable/sm80_mxfp4_gemm_launch.h"
+#include "prepare/code_strides.h"
 
 namespace mxmoe::portable {
 namespace {
@@ -131,7 +132,10 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   GemmParams g1{};
   g1.codes = w.w13_codes;
   g1.scales = w.w13_scales;
-  g1.code_row_stride = Hp / 2;
+  const CodeStrides cs1 = code_strides(w.swizzle, Hp / 2);
+  g1.code_tile_stride = cs1.tile;
+  g1.code_group_stride = cs1.group;
+  g1.code_chunk_stride = cs1.chunk;
   g1.code_expert_stride = 2 * Ip * Hp / 2;
   g1.scale_row_stride = Hp / 32;
   g1.scale_expert_stride = 2 * Ip * Hp / 32;
@@ -163,7 +167,10 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   GemmParams g2 = g1;
   g2.codes = w.w2_codes;
   g2.scales = w.w2_scales;
-  g2.code_row_stride = Ip / 2;
+  const CodeStrides cs2 = code_strides(w.swizzle, Ip / 2);
+  g2.code_tile_stride = cs2.tile;
+  g2.code_group_stride = cs2.group;
+  g2.code_chunk_stride = cs2.chunk;
   g2.code_expert_stride = Hp * Ip / 2;
   g2.scale_row_stride = Ip / 32;
   g2.scale_expert_stride = Hp * Ip / 32;

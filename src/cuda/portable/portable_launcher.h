@@ -19,6 +19,7 @@
 #include "cuda/common/forward_args.h"
 #include "cuda/common/smxx_moe_kernels.h"
 #include "mxmoe/moe.h"
+#include "mxmoe/prepare.h"
 #include "mxmoe/status.h"
 
 namespace mxmoe::portable {
@@ -29,10 +30,12 @@ namespace mxmoe::portable {
 //   w2  codes [E, Hp, Ip/2],  scales [E, Hp, Ip/32]
 //   b13 [E, 2Ip], b2 [E, Hp] bf16; router [E, Hp] bf16 and bias [E] (may be null)
 // Hp and Ip are multiples of 64; padding holds code 0, scale 127, bias 0. The
-// codes are in the plan's fragment order (WeightSwizzle::kMmaRowGroups16,
-// applied by swizzle_codes); scales and biases are dense.
+// codes are in the plan's fragment order (`swizzle`: kMmaRowGroups16, or
+// kMmaRowTiles128 for an sm90 plan, applied by swizzle_codes); scales and
+// biases are dense.
 struct DeviceWeights {
   MoeShape shape;  // real (unpadded) shape
+  WeightSwizzle swizzle = WeightSwizzle::kMmaRowGroups16;
   int64_t hidden_padded = 0, intermediate_padded = 0;
   SwigluParams swiglu;
   const uint8_t* w13_codes = nullptr;

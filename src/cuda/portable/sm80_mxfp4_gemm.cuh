@@ -13,8 +13,9 @@
 //   * K is walked in chunks of 128 (a 64 tail when K % 128 == 64). In a chunk,
 //     lane t owns elements [32t, 32t+32): one 16-byte code load per weight row,
 //     exactly one MX block, so one E8M0 scale per row per chunk. The prepared
-//     codes are stored in that order (WeightSwizzle::kMmaRowGroups16), so the
-//     16-byte loads of a warp cover 512 contiguous bytes.
+//     codes are stored in that order (WeightSwizzle::kMmaRowGroups16, or
+//     kMmaRowTiles128 on the sm90 backend's weights), so the 16-byte loads of
+//     a warp cover 512 contiguous bytes.
 //   * mma row g of subtile m is weight row nb + 16m + 2g, row g+8 is the next
 //     row: for w13 that puts gate_j and up_j in the same thread's accumulator
 //     (c0/c1 gate, c2/c3 up), so SwiGLU needs no shuffle.
@@ -39,7 +40,10 @@ struct GemmParams {
   // Weights [E, N, K] MXFP4 (padded dense), strides in bytes.
   const uint8_t* codes;
   const uint8_t* scales;
-  int64_t code_row_stride, code_expert_stride;
+  // Codes in fragment order (code_strides.h): group g of 16 rows at
+  // (g / 8) * code_tile_stride + (g % 8) * code_group_stride, its chunk c at
+  // code_chunk_stride * c.
+  int64_t code_tile_stride, code_group_stride, code_chunk_stride, code_expert_stride;
   int64_t scale_row_stride, scale_expert_stride;
   const uint16_t* bias;  // bf16 [E, N]
   int64_t bias_expert_stride;
@@ -310,13 +314,14 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
 
   // Row (m, r) of this lane is nb + 16m + 2g + r. Codes are in fragment order
-  // (WeightSwizzle::kMmaRowGroups16): rows nb + 16m .. +15 are one group whose
-  // chunk c is the 1 KB at 1024c, laid out [r][lane][16 bytes].
+  // (WeightSwizzle::kMmaRowGroups16 or kMmaRowTiles128): rows nb + 16m .. +15
+  // are one group whose chunk c is a 1 KB image [r][lane][16 bytes].
   const uint8_t* group[kSubtiles];
   int soff[kSubtiles][2];
 #pragma unroll
   for (int m = 0; m < kSubtiles; ++m) {
-    group[m] = p.codes + e * p.code_expert_stride + int64_t(nb + 16 * m) * p.code_row_stride;
+    const int gi = (nb + 16 * m) / 16;
+    group[m] = p.codes + e * p.code_expert_stride + (gi / 8) * p.code_tile_stride + (gi % 8) * p.code_group_stride;
     soff[m][0] = int((16 * m) * p.scale_row_stride);
     soff[m][1] = int((16 * m + 1) * p.scale_row_stride);
   }
@@ -365,7 +370,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint4 v = detail::ld_stream16(group[m] + 1024 * c + 512 * r + 16 * lane);
+        const uint4 v = detail::ld_stream16(group[m] + p.code_chunk_stride * c + 512 * r + 16 * lane);
         qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
         ss[m][r] = sbase[soff[m][r] + c * 4 + t];
       }
@@ -404,7 +409,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint2 v = detail::ld_stream8(group[m] + 1024 * nfull + 256 * r + 8 * lane);
+        const uint2 v = detail::ld_stream8(group[m] + p.code_chunk_stride * nfull + 256 * r + 8 * lane);
         q[0][m][r][0] = v.x; q[0][m][r][1] = v.y; q[0][m][r][2] = 0; q[0][m][r][3] = 0;
         s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
       }

@@ -102,6 +102,8 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
   if (!a.x || !a.y) return Status::InvalidArgument("sm90: null x or y");
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
     return Status::InvalidArgument("sm90: pass both topk ids and weights, or neither");
+  if (w.swizzle != WeightSwizzle::kMmaRowTiles128)
+    return Status::InvalidArgument("sm90: codes must be in the sm90 plan's 128-row tile order");
   // The GEMMs bulk-copy codes, scales and bias rows: 16-byte aligned sources.
   for (const void* ptr : {static_cast<const void*>(w.w13_codes), static_cast<const void*>(w.w13_scales),
                           static_cast<const void*>(w.b13), static_cast<const void*>(w.w2_codes),

@@ -33,7 +33,8 @@ inline constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
 inline constexpr int kThreads = kConsumerThreads + 128;  // + one producer warpgroup
 inline constexpr int kGroupRows = 16;             // rows of one warp (WeightSwizzle::kMmaRowGroups16 group)
 inline constexpr int kGroupChunkBytes = 1024;     // codes of one group's 128-K chunk, contiguous
-inline constexpr int kCodeStageBytes = kTileRows / kGroupRows * kGroupChunkBytes;  // 8 KB
+// Codes of a 128-row tile's chunk: 8 groups' 1 KB, contiguous (kMmaRowTiles128).
+inline constexpr int kCodeStageBytes = kTileRows / kGroupRows * kGroupChunkBytes;
 static_assert(kTileRows == 64 * kConsumerWarpgroups, "a consumer warpgroup's wgmma covers 64 rows (m64)");
 static_assert(kCodeStageBytes == kTileRows * kChunk / 2, "two E2M1 codes per byte");
 

@@ -13,9 +13,9 @@
 // of one expert re-read its weights from L2).
 //   * warpgroup 0, producer (40 registers): one warp streams a ring of
 //     `stages` stages with 1D bulk copies completing on mbarriers: per 128-K
-//     chunk the 8 row groups' codes (1 KB each, contiguous in the
-//     kMmaRowGroups16 layout) and the token tile's packed activations (one
-//     contiguous copy), and once per item the tile's 128 x K/32 scale bytes,
+//     chunk the tile's codes (8 KB, its 8 row groups' 1 KB images, contiguous
+//     in the kMmaRowTiles128 layout) and the token tile's packed activations
+//     (one contiguous copy each), and once per item the tile's 128 x K/32 scale bytes,
 //     the epilogue's column metadata and the rows' bias (double-buffered, so
 //     the next item's buffer loads during this one).
 //   * warpgroups 1 and 2, consumers (232 registers): 64 weight rows each.
@@ -106,8 +106,9 @@ struct Items {
 
 // Producer: one warp; its lane 0 posts each phase's transaction bytes and
 // issues the phase's copies: per item its buffer (scales, the epilogue's
-// column metadata, bias), per chunk the 8 row groups' codes, then the
-// activations.
+// column metadata, bias), per chunk the tile's codes, then the activations.
+// Two copies per chunk: with one per row group (nine) the producer was busy
+// issuing most of a chunk at 16-token tiles and held them ~25% longer.
 template <int BN>
 __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, const Items& it, int lane) {
   constexpr uint32_t kActBytes = stage_bytes(BN);
@@ -137,10 +138,8 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
       // too: the stage's writes then follow its own acquire of "empty".
       if (lane == 0) {
         ptx::mbar_arrive_expect_tx(sm.full(s), kCodeStageBytes + kActBytes);
-#pragma unroll
-        for (int r = 0; r < kTileRows / kGroupRows; ++r)
-          ptx::bulk_load(sm.base + sm.l.codes + s * kCodeStageBytes + r * kGroupChunkBytes,
-                         codes + r * kGroupRows * code_row + c * kGroupChunkBytes, kGroupChunkBytes, sm.full(s));
+        ptx::bulk_load(sm.base + sm.l.codes + s * kCodeStageBytes, codes + int64_t(c) * kCodeStageBytes,
+                       kCodeStageBytes, sm.full(s));
         ptx::bulk_load(sm.base + sm.l.act + s * kActBytes, act + int64_t(c) * kActBytes, kActBytes, sm.full(s));
       }
       if (++s == sm.stages) {
@@ -163,43 +162,50 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
   const int row = rt * kTileRows + local;
   const uint16_t* bias = reinterpret_cast<const uint16_t*>(item + l.item_bias);
   const float b_lo = bf16_to_f32(bias[local]), b_hi = bf16_to_f32(bias[local + 1]);
+  // Accumulator column n = 8 jj + 2t + c (acc_n): the thread's outputs of one
+  // c are 8 rows apart for consecutive jj, so their addresses are one base
+  // per c plus a constant step (below), not a full offset per output.
   if constexpr (kSwiglu) {
     const int32_t* col_pair = reinterpret_cast<const int32_t*>(item + l.item_cols);
     const int64_t act_k = p.n_rows / 2;  // GEMM2's padded K
     const int j = row / 2;               // intermediate column of (gate_j, up_j)
+    // In the stage image row n starts n * 128 bytes into each 64-wide half and
+    // the swizzle XORs with n % 8 = 2t + c: eight rows on is 1024 bytes on.
+    uint8_t* const out[2] = {p.act_out + packed_offset(BN, act_k, tt, 2 * t, j),
+                             p.act_out + packed_offset(BN, act_k, tt, 2 * t + 1, j)};
 #pragma unroll
     for (int i = 0; i < BN / 2; i += 4)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int n = acc_n(t, i + c);
         float a = 0.f;
-        if (col_pair[n] >= 0) {
+        if (col_pair[acc_n(t, i + c)] >= 0) {
           // GPT-OSS SwiGLU, written so that a NaN input stays NaN (as the
-          // reference's std::min / std::clamp), which fminf would drop.
+          // reference's std::min / std::clamp), which fminf would drop. The
+          // fast exponential and division: the result is rounded to bf16.
           const float hg = acc[i + c] + b_lo, hu = acc[i + 2 + c] + b_hi;
           const float gg = p.limit < hg ? p.limit : hg;
           const float uu = hu < -p.limit ? -p.limit : (p.limit < hu ? p.limit : hu);
-          a = gg / (1.f + expf(-p.alpha * gg)) * (uu + 1.f);
+          a = __fdividef(gg, 1.f + __expf(-p.alpha * gg)) * (uu + 1.f);
         }
-        *reinterpret_cast<uint16_t*>(p.act_out + packed_offset(BN, act_k, tt, n, j)) =
-            __bfloat16_as_ushort(__float2bfloat16_rn(a));
+        *reinterpret_cast<uint16_t*>(out[c] + (i / 4) * 1024) = __bfloat16_as_ushort(__float2bfloat16_rn(a));
       }
   } else {
     if (row >= p.n_valid) return;  // padded hidden rows (n_valid is a multiple of 32, row is even)
     // Padding columns have weight 0 (and zero activations): their rows of
     // y_out are written as zeros, which nothing reads.
     const float* col_weight = reinterpret_cast<const float*>(item + l.item_cols);
+    float* const out[2] = {p.y_out + (int64_t(tt) * BN + 2 * t) * p.n_valid + row,
+                           p.y_out + (int64_t(tt) * BN + 2 * t + 1) * p.n_valid + row};
+    const int64_t step = int64_t(8) * p.n_valid;  // eight token rows
 #pragma unroll
     for (int i = 0; i < BN / 2; i += 4)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int n = acc_n(t, i + c);
-        const int64_t r = int64_t(tt) * BN + n;
-        const float rw = col_weight[n];
+        const float rw = col_weight[acc_n(t, i + c)];
         float2 o;
         o.x = rw * (acc[i + c] + b_lo);
         o.y = rw * (acc[i + 2 + c] + b_hi);
-        *reinterpret_cast<float2*>(p.y_out + r * p.n_valid + row) = o;
+        *reinterpret_cast<float2*>(out[c] + (i / 4) * step) = o;
       }
   }
 }

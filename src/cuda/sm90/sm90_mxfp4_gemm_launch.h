@@ -8,9 +8,10 @@
 namespace mxmoe::sm90 {
 
 struct GemmParams {
-  // Weights [E, n_rows, k] in the portable prepared layout: codes in
-  // WeightSwizzle::kMmaRowGroups16 order (row stride k/2 bytes), dense E8M0
-  // scales (row stride k/32 bytes), bf16 bias [E, n_rows].
+  // Weights [E, n_rows, k] in the sm90 prepared layout: codes in
+  // WeightSwizzle::kMmaRowTiles128 order (a 128-row tile's chunk c is the 8 KB
+  // at 8192c from the tile's first row, k/2 bytes a row), dense E8M0 scales
+  // (row stride k/32 bytes), bf16 bias [E, n_rows].
   const uint8_t* codes;
   const uint8_t* scales;
   const uint16_t* bias;
