@@ -23,7 +23,9 @@ inline constexpr int kMaxStages = 8;
 // wgmma 16-token tiles in us: 5 rows 675 / 712 (gpt-oss-120b T = 160);
 // 6 rows 185 / 203 (20b T = 48) but 731 / 714 (120b T = 192); 7 rows
 // 201 / 204 (20b T = 56) and 788 / 713 (120b T = 224); 8 rows 219 / 205
-// (20b T = 64) and 877 / 719 (120b T = 256).
+// (20b T = 64) and 877 / 719 (120b T = 256). Measured before a stage's codes
+// came in one copy (s19), which made 16-token tiles ~23% faster: the
+// crossover is likely lower now (docs/PERF.md, next steps).
 inline constexpr int64_t kDecodeMaxMeanRows = 6;
 
 enum class Path { kPortableDecode, kWgmma };
