@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "mxmoe/prepare.h"
+#include "prepare/code_strides.h"
 #include "prepare/pair_bits.h"
 
 namespace mxmoe {
@@ -55,12 +56,15 @@ void swizzle_group_mma16(const uint8_t* dense, int64_t row_bytes, uint8_t* out) 
 }
 
 // One tile of 128 rows in kMmaRowGroups16 order (`groups16`) -> its 8 groups'
-// chunk images interleaved by chunk.
+// 1 KB chunk images where kMmaRowTiles128 puts them: both placements are the
+// strides the kernels walk (code_strides.h).
 void interleave_tile_chunks(const uint8_t* groups16, int64_t row_bytes, uint8_t* out) {
+  const CodeStrides from = code_strides(WeightSwizzle::kMmaRowGroups16, row_bytes);
+  const CodeStrides to = code_strides(WeightSwizzle::kMmaRowTiles128, row_bytes);
   const int64_t chunks = row_bytes / 64;
   for (int g = 0; g < 8; ++g)
     for (int64_t c = 0; c < chunks; ++c)
-      std::memcpy(out + c * 8192 + g * 1024, groups16 + g * 16 * row_bytes + c * 1024, 1024);
+      std::memcpy(out + c * to.chunk + g * to.group, groups16 + g * from.group + c * from.chunk, 1024);
 }
 
 }  // namespace
