@@ -8,15 +8,15 @@ namespace mxmoe::sm90 {
 namespace {
 
 TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
-  // gpt-oss-20b (E = 32, k = 4): T = 48 is 6 rows per expert, the last decode point.
+  // Up to 64 (token, slot) pairs, whatever the experts: T = 16 at top-4.
   EXPECT_EQ(choose_config(1, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(48, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(49, 4, 32, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(64, 4, 32, 2944, 2944).path, Path::kWgmma);
-  // gpt-oss-120b (E = 128): 6 rows per expert at T = 192, 7 at T = 224.
-  EXPECT_EQ(choose_config(192, 4, 128, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(224, 4, 128, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(224, 4, 128, 2944, 2944).token_tile, 16);
+  EXPECT_EQ(choose_config(16, 4, 32, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(17, 4, 32, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(16, 4, 128, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(17, 4, 128, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(64, 1, 8, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(65, 1, 8, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(17, 4, 128, 2944, 2944).token_tile, 16);
   EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
   EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
   const Config decode = choose_config(16, 4, 32, 2944, 2944);
@@ -33,11 +33,12 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
 
 TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(64, 4, 32), 16);      // 8 rows per expert
-  EXPECT_EQ(token_tile(80, 4, 32), 16);      // 10
-  EXPECT_EQ(token_tile(88, 4, 32), 32);      // 11
+  EXPECT_EQ(token_tile(96, 4, 32), 16);      // 12
+  EXPECT_EQ(token_tile(97, 4, 32), 32);      // 13
   EXPECT_EQ(token_tile(248, 4, 32), 32);     // 31
   EXPECT_EQ(token_tile(256, 4, 32), 64);     // 32
-  EXPECT_EQ(token_tile(1016, 4, 32), 64);    // 127
+  EXPECT_EQ(token_tile(504, 4, 32), 64);     // 63
+  EXPECT_EQ(token_tile(512, 4, 32), 128);    // 64
   EXPECT_EQ(token_tile(1024, 4, 32), 128);   // 128
   EXPECT_EQ(token_tile(4096, 4, 128), 128);  // 128
   EXPECT_EQ(token_tile(16384, 4, 32), 128);

@@ -136,7 +136,7 @@ TEST_F(Sm90Gpu, GptOssShapes) {
   check_case({{32, 2880, 736, 4}, 256, RouteMode::kRandom, 607, kWgmma32});
   check_case({{32, 2880, 2880, 4}, 64, RouteMode::kRandom, 608, kWgmma16});  // 8 rows per expert
   if (quick_sweep()) return;
-  check_case({{32, 2880, 736, 4}, 1000, RouteMode::kRandom, 602, kHeuristic});   // 125 rows per expert: 64
+  check_case({{32, 2880, 736, 4}, 1000, RouteMode::kRandom, 602, kHeuristic});   // 125 rows per expert: 128
   check_case({{32, 2880, 2880, 4}, 1000, RouteMode::kRandom, 603, kHeuristic});
   check_case({{128, 2880, 736, 1}, 4096, RouteMode::kRandom, 604, kWgmma128});
   check_case({{128, 2880, 2880, 4}, 3, RouteMode::kRandom, 605, kHeuristic});    // decode path

@@ -18,15 +18,16 @@ inline constexpr int kMaxDynamicSmem = 232448;
 // Deepest ring. Deeper rings only add start-up latency: 12 stages of 32
 // tokens instead of 8 left gpt-oss-120b T = 256 at 741 vs 737 us (H200).
 inline constexpr int kMaxStages = 8;
-// At most this many rows per expert on average the portable decode kernels
-// (8-token tiles, split K) beat the wgmma GEMMs. H200, 2026-11-29, decode /
-// wgmma 16-token tiles in us: 5 rows 675 / 712 (gpt-oss-120b T = 160);
-// 6 rows 185 / 203 (20b T = 48) but 731 / 714 (120b T = 192); 7 rows
-// 201 / 204 (20b T = 56) and 788 / 713 (120b T = 224); 8 rows 219 / 205
-// (20b T = 64) and 877 / 719 (120b T = 256). Measured before a stage's codes
-// came in one copy (s19), which made 16-token tiles ~23% faster: the
-// crossover is likely lower now (docs/PERF.md, next steps).
-inline constexpr int64_t kDecodeMaxMeanRows = 6;
+// At most this many (token, slot) pairs the portable decode kernels (8-token
+// tiles, split K) beat the wgmma GEMMs. Measured on the H200 (2026-11-29,
+// after a stage's codes came in one copy, s19), decode / wgmma with 16-token
+// tiles in us: gpt-oss-20b T = 16 (64 pairs) 137.1 / 139.7, T = 24 (96)
+// 149.5 / 150.6, T = 32 (128) 159.2 / 154.4, T = 48 178.9 / 156.7;
+// gpt-oss-120b T = 16 (64) 236.2 / 235.4, T = 32 (128) 381.6 / 356.8,
+// T = 64 509.9 / 464.2, T = 192 709.0 / 551.6. The crossover follows the pair
+// count, not the rows per expert: 20b T = 16 (2 rows) and 120b T = 32 (1 row)
+// fall on opposite sides of it.
+inline constexpr int64_t kDecodeMaxPairs = 64;
 
 enum class Path { kPortableDecode, kWgmma };
 
@@ -53,17 +54,21 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 // half a tile per expert on average: with m rows per expert a tile of N keeps
 // m / (m + N/2) of its columns busy (m = 128: 80% at 64, 67% at 128). A
 // larger tile dequantises each weight once for more tokens and cuts the
-// weight re-reads from L2. Measured on the H200 (2026-11-29), per mean rows
-// per expert m: 16 wins up to 10 (m = 8: 202 vs 208 us at 32, 20b T = 64;
-// 718 vs 734, 120b T = 256; m = 10: 779 vs 795, 120b T = 320) and loses from
-// 12 (831 vs 803, 120b T = 384), 32 below 32 (m = 16: 214 vs 248 us at 64,
-// 20b T = 128; 740 vs 866, 120b T = 512), 64 from 32 (m = 32: 255 vs 298,
-// 20b T = 256; 918 vs 1067, 120b T = 1024), 128 from 128 (20b T = 1024
-// 702 -> 675 us, 120b T = 4096 2738 -> 2540; at m = 32 128 loses, 1081 -> 1564).
+// weight re-reads from L2. Measured on the H200 (2026-11-29, s19), per mean
+// rows per expert m, in us: 16 against 32 wins up to 12 (m = 8: 158.9 vs
+// 172.4, 20b T = 64; 547.0 vs 619.8, 120b T = 256; m = 12: 169.9 vs 174.8, 20b
+// T = 96; 611.3 vs 610.7, 120b T = 384) and loses from 16 (218.2 vs 177.2,
+// 20b T = 128; 798.3 vs 619.6, 120b T = 512); 32 against 64 wins below 32
+// (m = 24: 181.0 vs 236.9, 20b T = 192; 700.9 vs 896.4, 120b T = 768) and
+// ties at 32 (244.5 vs 240.5, 20b T = 256; 946.2 vs 941.5, 120b T = 1024);
+// 64 against 128 wins below 64 (m = 48: 1003.8 vs 1249.8, 120b T = 1536),
+// ties at 64 (340.3 vs 336.3, 20b T = 512; 1364.4 vs 1370.5, 120b T = 2048)
+// and loses above (m = 96: 450.3 vs 356.4, 20b T = 768; m = 128: 2317.1 vs
+// 2117.7, 120b T = 4096).
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
   if (override_tile == 16 || override_tile == 32 || override_tile == 64 || override_tile == 128) return override_tile;
   const int64_t m = mean_rows_per_expert(tokens, topk, experts);
-  return m <= 10 ? 16 : m < 32 ? 32 : m < 128 ? 64 : 128;
+  return m <= 12 ? 16 : m < 32 ? 32 : m < 64 ? 64 : 128;
 }
 
 // Deepest ring (at most kMaxStages) whose shared memory fits, or 0 when not
@@ -78,7 +83,7 @@ inline int pipeline_stages(int token_tile, int64_t k_padded) {
 inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
                             int64_t intermediate_padded, const Overrides& o = {}) {
   Config c;
-  const bool decode = mean_rows_per_expert(tokens, topk, experts) <= kDecodeMaxMeanRows;
+  const bool decode = tokens * topk <= kDecodeMaxPairs;
   c.per_pair = portable::per_pair_decode(tokens, topk, experts, portable::token_tile(tokens, topk, experts));
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
