@@ -35,27 +35,35 @@ TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(64, 4, 32), 16);      // 8 rows per expert
   EXPECT_EQ(token_tile(96, 4, 32), 16);      // 12
   EXPECT_EQ(token_tile(97, 4, 32), 32);      // 13
-  EXPECT_EQ(token_tile(248, 4, 32), 32);     // 31
-  EXPECT_EQ(token_tile(256, 4, 32), 64);     // 32
-  EXPECT_EQ(token_tile(504, 4, 32), 64);     // 63
-  EXPECT_EQ(token_tile(512, 4, 32), 128);    // 64
-  EXPECT_EQ(token_tile(1024, 4, 32), 128);   // 128
+  EXPECT_EQ(token_tile(216, 4, 32), 32);     // 27
+  EXPECT_EQ(token_tile(224, 4, 32), 48);     // 28
+  EXPECT_EQ(token_tile(312, 4, 32), 48);     // 39
+  EXPECT_EQ(token_tile(320, 4, 32), 64);     // 40
+  EXPECT_EQ(token_tile(440, 4, 32), 64);     // 55
+  EXPECT_EQ(token_tile(448, 4, 32), 96);     // 56
+  EXPECT_EQ(token_tile(888, 4, 32), 96);     // 111
+  EXPECT_EQ(token_tile(896, 4, 32), 128);    // 112
   EXPECT_EQ(token_tile(4096, 4, 128), 128);  // 128
-  EXPECT_EQ(token_tile(16384, 4, 32), 128);
+  EXPECT_EQ(token_tile(3064, 4, 32), 128);   // 383
+  EXPECT_EQ(token_tile(3072, 4, 32), 192);   // 384
+  EXPECT_EQ(token_tile(16384, 4, 32), 192);
   EXPECT_EQ(token_tile(16384, 4, 32, 64), 64);  // override
   EXPECT_EQ(token_tile(1, 4, 32, 128), 128);
-  EXPECT_EQ(token_tile(16384, 4, 32, 96), 128);  // not a tile the kernel has: ignored
+  EXPECT_EQ(token_tile(16384, 4, 32, 80), 192);  // not a tile the kernel has: ignored
 }
 
 TEST(Sm90Heuristics, StagesFillSharedMemory) {
   // gpt-oss K = 2944: a stage is 8 KB of codes + 256 bytes per token; two
   // 11.5 KB scale buffers; 227 KB in all.
+  EXPECT_EQ(pipeline_stages(192, 2944), 3);
   EXPECT_EQ(pipeline_stages(128, 2944), 5);
+  EXPECT_EQ(pipeline_stages(96, 2944), 6);
+  EXPECT_EQ(pipeline_stages(48, 2944), 8);
   EXPECT_EQ(pipeline_stages(64, 2944), 8);
   EXPECT_EQ(pipeline_stages(32, 2944), 8);
   EXPECT_EQ(pipeline_stages(16, 2944), 8);
   EXPECT_EQ(pipeline_stages(128, 256), 5);
-  for (int bn : {16, 32, 64, 128})
+  for (int bn : {16, 32, 48, 64, 96, 128, 192})
     for (int64_t kp : {128, 256, 768, 2944, 3072, 8192}) {
       const int s = pipeline_stages(bn, kp);
       ASSERT_GE(s, 2) << bn << " " << kp;
@@ -74,10 +82,10 @@ TEST(Sm90Heuristics, OverridesAndDescription) {
   EXPECT_EQ(choose_config(16384, 4, 32, 2944, 2944, {1, 0}).path, Path::kPortableDecode);
   const Config c = choose_config(16384, 4, 32, 2944, 2944);
   EXPECT_EQ(c.path, Path::kWgmma);
-  EXPECT_EQ(c.token_tile, 128);
-  EXPECT_EQ(c.stages_gemm1, 5);
-  EXPECT_EQ(c.stages_gemm2, 5);
-  EXPECT_EQ(describe(c), "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2)");
+  EXPECT_EQ(c.token_tile, 192);
+  EXPECT_EQ(c.stages_gemm1, 3);
+  EXPECT_EQ(c.stages_gemm2, 3);
+  EXPECT_EQ(describe(c), "wgmma: 192-token tiles, 3 / 3 stages (GEMM1 / GEMM2)");
 }
 
 }  // namespace

@@ -91,8 +91,9 @@ std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) 
   return expect_matches_reference(*be, w, x, c.tokens, c.mode, c.seed + 2);
 }
 
-constexpr sm90::Overrides kWgmma16{2, 16}, kWgmma32{2, 32}, kWgmma64{2, 64}, kWgmma128{2, 128}, kHeuristic{};
-constexpr sm90::Overrides kTiles[] = {kWgmma16, kWgmma32, kWgmma64, kWgmma128};
+constexpr sm90::Overrides kWgmma16{2, 16}, kWgmma32{2, 32}, kWgmma48{2, 48}, kWgmma64{2, 64}, kWgmma96{2, 96},
+    kWgmma128{2, 128}, kWgmma192{2, 192}, kHeuristic{};
+constexpr sm90::Overrides kTiles[] = {kWgmma16, kWgmma32, kWgmma48, kWgmma64, kWgmma96, kWgmma128, kWgmma192};
 
 class Sm90Gpu : public ::testing::Test {
  protected:
@@ -124,7 +125,7 @@ TEST_F(Sm90Gpu, OddShapeExpertsAndTopk) {
   check_case({{32, 320, 224, 4}, 17, RouteMode::kRandom, 208, kWgmma16});
   if (quick_sweep()) return;
   check_case({{128, 320, 224, 4}, 1000, RouteMode::kRandom, 203, kWgmma64});
-  check_case({{8, 320, 224, 4}, 4096, RouteMode::kRandom, 204, kHeuristic});  // 2048 rows per expert: 128
+  check_case({{8, 320, 224, 4}, 4096, RouteMode::kRandom, 204, kHeuristic});  // 2048 rows per expert: 192
   check_case({{128, 320, 224, 4}, 4096, RouteMode::kRandom, 205, kWgmma128});
 }
 
@@ -140,7 +141,7 @@ TEST_F(Sm90Gpu, GptOssShapes) {
   check_case({{32, 2880, 2880, 4}, 1000, RouteMode::kRandom, 603, kHeuristic});
   check_case({{128, 2880, 736, 1}, 4096, RouteMode::kRandom, 604, kWgmma128});
   check_case({{128, 2880, 2880, 4}, 3, RouteMode::kRandom, 605, kHeuristic});    // decode path
-  check_case({{8, 2880, 736, 4}, 4096, RouteMode::kRandom, 606, kHeuristic});    // 128-token tiles
+  check_case({{8, 2880, 736, 4}, 4096, RouteMode::kRandom, 606, kHeuristic});    // 192-token tiles
 }
 
 TEST_F(Sm90Gpu, AllTokensOnOneExpert) {

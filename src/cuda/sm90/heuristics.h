@@ -34,7 +34,7 @@ enum class Path { kPortableDecode, kWgmma };
 // Tuning knobs (tests and benchmarks); 0 keeps the heuristic.
 struct Overrides {
   int path = 0;        // 1: portable decode, 2: wgmma
-  int token_tile = 0;  // 16, 32, 64 or 128
+  int token_tile = 0;  // a token tile the kernel is built for (is_token_tile)
 };
 
 struct Config {
@@ -50,25 +50,30 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
   return (tokens * topk + experts - 1) / experts;
 }
 
-// Tokens per wgmma tile. Each expert's rows are padded to the tile, about
-// half a tile per expert on average: with m rows per expert a tile of N keeps
-// m / (m + N/2) of its columns busy (m = 128: 80% at 64, 67% at 128). A
-// larger tile dequantises each weight once for more tokens and cuts the
-// weight re-reads from L2. Measured on the H200 (2026-11-29, s19), per mean
-// rows per expert m, in us: 16 against 32 wins up to 12 (m = 8: 158.9 vs
-// 172.4, 20b T = 64; 547.0 vs 619.8, 120b T = 256; m = 12: 169.9 vs 174.8, 20b
-// T = 96; 611.3 vs 610.7, 120b T = 384) and loses from 16 (218.2 vs 177.2,
-// 20b T = 128; 798.3 vs 619.6, 120b T = 512); 32 against 64 wins below 32
-// (m = 24: 181.0 vs 236.9, 20b T = 192; 700.9 vs 896.4, 120b T = 768) and
-// ties at 32 (244.5 vs 240.5, 20b T = 256; 946.2 vs 941.5, 120b T = 1024);
-// 64 against 128 wins below 64 (m = 48: 1003.8 vs 1249.8, 120b T = 1536),
-// ties at 64 (340.3 vs 336.3, 20b T = 512; 1364.4 vs 1370.5, 120b T = 2048)
-// and loses above (m = 96: 450.3 vs 356.4, 20b T = 768; m = 128: 2317.1 vs
-// 2117.7, 120b T = 4096).
+// Tokens per wgmma tile. Each expert's rows are padded to the tile, and each
+// tile dequantises all of its expert's weights once; a 128-K chunk costs about
+// its MMA (16 wgmma per SM: 13 cycles each at N = 16, N / 4 from N = 32) plus
+// ~600 cycles that do not overlap it (dequantisation, stage waits). So the
+// tile follows the mean rows per expert m = T k / E: wide enough that one or
+// two tiles hold an expert's rows, no wider. Measured on the H200
+// (2026-11-29), per m, in us (gpt-oss-20b T = 8m, gpt-oss-120b T = 32m):
+//   m = 8:   16 158.9 / 32 172.4 (20b); 16 547.0 / 32 619.8 (120b)
+//   m = 12:  16 169.9 / 32 174.8; 16 611.3 / 32 610.7
+//   m = 16:  32 177.2 / 16 218.2; 32 619.6 / 16 798.3
+//   m = 24:  32 184.4 / 48 212.4 / 64 236.9; 32 727.1 / 48 813.8
+//   m = 32:  48 216.9 / 64 244.2 / 32 244.5; 48 830.6 / 64 941.5 / 32 946.2
+//   m = 48:  64 250.6 / 96 281.8 / 48 292.3; 64 924.1 / 96 1121.8 / 48 1189.0
+//   m = 64:  96 294.9 / 128 336.3 / 64 340.3; 96 1222.3 / 64 1364.4 / 128 1370.5
+//   m = 96:  96 398.6 / 128 453.0 (64: 450.3); 96 1751.5 / 128 1898.0
+//   m = 128: 128 510.8 / 192 522.6 / 96 566.1; 192 2118.6 / 128 2176.7 / 96 2326.7
+//   m = 256: 128 898.4 / 192 1023.2; 128 3763.5 / 192 4151.2
+//   m = 512: 192 1670.2 / 128 1702.1; 192 6604.7 / 128 6884.2
+//   m = 2048: 192 6098.0 / 128 6326.1 (20b T = 16384)
+// Each boundary lies midway between the measured m on either side.
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
-  if (override_tile == 16 || override_tile == 32 || override_tile == 64 || override_tile == 128) return override_tile;
+  if (is_token_tile(override_tile)) return override_tile;
   const int64_t m = mean_rows_per_expert(tokens, topk, experts);
-  return m <= 12 ? 16 : m < 32 ? 32 : m < 64 ? 64 : 128;
+  return m <= 12 ? 16 : m < 28 ? 32 : m < 40 ? 48 : m < 56 ? 64 : m < 112 ? 96 : m < 384 ? 128 : 192;
 }
 
 // Deepest ring (at most kMaxStages) whose shared memory fits, or 0 when not

@@ -14,8 +14,8 @@ namespace mxmoe {
 struct Sm90Options {
   DeviceBackendOptions device;  // poisoned margins and workspace (tests)
   // Path and token tile instead of the heuristics' (tests, benchmarks). Where
-  // a field is 0, MXMOE_SM90_PATH (decode | wgmma) and MXMOE_SM90_TILE (16 | 32 |
-  // 64 | 128) are read instead.
+  // a field is 0, MXMOE_SM90_PATH (decode | wgmma) and MXMOE_SM90_TILE (a token
+  // tile of is_token_tile) are read instead.
   sm90::Overrides overrides;
 };
 

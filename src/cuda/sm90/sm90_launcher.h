@@ -4,7 +4,7 @@
 //
 // Pipeline on one stream, capturable in a CUDA graph, on the wgmma path:
 //   1. router + top-k + softmax (only when no precomputed routing is passed)
-//   2. group (token, slot) pairs by expert into token tiles of 16, 32, 64 or 128
+//   2. group (token, slot) pairs by expert into token tiles (is_token_tile: 16 to 192)
 //   3. pack: gather each tile row's x into the byte image of the GEMMs'
 //      shared-memory stages (sm90_layout.h), zeros for padding rows and K >= H
 //   4. GEMM1 (wgmma, w13, bias, SwiGLU) -> packed activations

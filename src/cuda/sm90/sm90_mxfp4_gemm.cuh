@@ -3,7 +3,7 @@
 // expert's token tile. Weights are the A operand (M = 64 rows per consumer
 // warpgroup), dequantised to bf16 in registers from codes in shared memory
 // exactly as the portable mma.sync kernel does (the wgmma A fragment of a
-// warp's 16 rows is the mma.m16n8k16 A fragment); tokens are N (16, 32, 64 or 128);
+// warp's 16 rows is the mma.m16n8k16 A fragment); tokens are N (16 to 192, is_token_tile);
 // activations are the B operand, read by wgmma from a 128-byte-swizzled
 // shared-memory stage (sm90_layout.h).
 //
@@ -279,7 +279,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
 
 template <int BN, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1) sm90_mxfp4_moe_gemm(const __grid_constant__ GemmParams p) {
-  static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128, "token tile (wgmma N) is 16, 32, 64 or 128");
+  static_assert(is_token_tile(BN), "token tile (wgmma N): one of is_token_tile's");
   static_assert(kThreads == 384, "one producer and two consumer warpgroups");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // The 128-byte swizzle is a function of address bits 4-9: each stage must
