@@ -41,9 +41,13 @@ TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(320, 4, 32), 64);     // 40
   EXPECT_EQ(token_tile(440, 4, 32), 64);     // 55
   EXPECT_EQ(token_tile(448, 4, 32), 96);     // 56
-  EXPECT_EQ(token_tile(888, 4, 32), 96);     // 111
-  EXPECT_EQ(token_tile(896, 4, 32), 128);    // 112
-  EXPECT_EQ(token_tile(4096, 4, 128), 128);  // 128
+  EXPECT_EQ(token_tile(632, 4, 32), 96);     // 79
+  EXPECT_EQ(token_tile(640, 4, 32), 128);    // 80
+  EXPECT_EQ(token_tile(888, 4, 32), 128);    // 111
+  EXPECT_EQ(token_tile(896, 4, 32), 160);    // 112
+  EXPECT_EQ(token_tile(4096, 4, 128), 160);  // 128
+  EXPECT_EQ(token_tile(1400, 4, 32), 160);   // 175
+  EXPECT_EQ(token_tile(1408, 4, 32), 128);   // 176
   EXPECT_EQ(token_tile(3064, 4, 32), 128);   // 383
   EXPECT_EQ(token_tile(3072, 4, 32), 192);   // 384
   EXPECT_EQ(token_tile(16384, 4, 32), 192);
@@ -56,6 +60,7 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
   // gpt-oss K = 2944: a stage is 8 KB of codes + 256 bytes per token; two
   // 11.5 KB scale buffers; 227 KB in all.
   EXPECT_EQ(pipeline_stages(192, 2944), 3);
+  EXPECT_EQ(pipeline_stages(160, 2944), 4);
   EXPECT_EQ(pipeline_stages(128, 2944), 5);
   EXPECT_EQ(pipeline_stages(96, 2944), 6);
   EXPECT_EQ(pipeline_stages(48, 2944), 8);
@@ -63,7 +68,7 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
   EXPECT_EQ(pipeline_stages(32, 2944), 8);
   EXPECT_EQ(pipeline_stages(16, 2944), 8);
   EXPECT_EQ(pipeline_stages(128, 256), 5);
-  for (int bn : {16, 32, 48, 64, 96, 128, 192})
+  for (int bn : {16, 32, 48, 64, 96, 128, 160, 192})
     for (int64_t kp : {128, 256, 768, 2944, 3072, 8192}) {
       const int s = pipeline_stages(bn, kp);
       ASSERT_GE(s, 2) << bn << " " << kp;

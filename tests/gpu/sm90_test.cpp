@@ -92,8 +92,8 @@ std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) 
 }
 
 constexpr sm90::Overrides kWgmma16{2, 16}, kWgmma32{2, 32}, kWgmma48{2, 48}, kWgmma64{2, 64}, kWgmma96{2, 96},
-    kWgmma128{2, 128}, kWgmma192{2, 192}, kHeuristic{};
-constexpr sm90::Overrides kTiles[] = {kWgmma16, kWgmma32, kWgmma48, kWgmma64, kWgmma96, kWgmma128, kWgmma192};
+    kWgmma128{2, 128}, kWgmma160{2, 160}, kWgmma192{2, 192}, kHeuristic{};
+constexpr sm90::Overrides kTiles[] = {kWgmma16, kWgmma32, kWgmma48, kWgmma64, kWgmma96, kWgmma128, kWgmma160, kWgmma192};
 
 class Sm90Gpu : public ::testing::Test {
  protected:

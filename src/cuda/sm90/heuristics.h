@@ -64,16 +64,27 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 //   m = 32:  48 216.9 / 64 244.2 / 32 244.5; 48 830.6 / 64 941.5 / 32 946.2
 //   m = 48:  64 250.6 / 96 281.8 / 48 292.3; 64 924.1 / 96 1121.8 / 48 1189.0
 //   m = 64:  96 294.9 / 128 336.3 / 64 340.3; 96 1222.3 / 64 1364.4 / 128 1370.5
-//   m = 96:  96 398.6 / 128 453.0 (64: 450.3); 96 1751.5 / 128 1898.0
-//   m = 128: 128 510.8 / 192 522.6 / 96 566.1; 192 2118.6 / 128 2176.7 / 96 2326.7
+//   m = 96:  128 356.9 / 96 398.6 / 160 424.4 / 64 450.3; 128 1485.8 / 160 1735.8 / 96 1751.5
+//   m = 128: 160 447.2 / 128 509.0 / 192 522.6 / 96 566.1; 160 1865.9 / 192 2118.6 / 128 2141.6
+//   m = 160: 160 642.7 / 128 690.3; 160 2600.8 / 128 2785.2
+//   m = 192: 128 725.4 / 160 843.5; 128 2935.5 / 160 3362.8
 //   m = 256: 128 898.4 / 192 1023.2; 128 3763.5 / 192 4151.2
 //   m = 512: 192 1670.2 / 128 1702.1; 192 6604.7 / 128 6884.2
 //   m = 2048: 192 6098.0 / 128 6326.1 (20b T = 16384)
-// Each boundary lies midway between the measured m on either side.
+// The widths do not grow monotonically with m: 192 rows fill two 128-token
+// tiles exactly but pad a 160-token pair to 320. Each boundary lies midway
+// between the measured m on either side.
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
   if (is_token_tile(override_tile)) return override_tile;
   const int64_t m = mean_rows_per_expert(tokens, topk, experts);
-  return m <= 12 ? 16 : m < 28 ? 32 : m < 40 ? 48 : m < 56 ? 64 : m < 112 ? 96 : m < 384 ? 128 : 192;
+  if (m <= 12) return 16;
+  if (m < 28) return 32;
+  if (m < 40) return 48;
+  if (m < 56) return 64;
+  if (m < 80) return 96;
+  if (m < 112) return 128;
+  if (m < 176) return 160;
+  return m < 384 ? 128 : 192;
 }
 
 // Deepest ring (at most kMaxStages) whose shared memory fits, or 0 when not

@@ -34,7 +34,7 @@ inline constexpr int kThreads = kConsumerThreads + 128;  // + one producer warpg
 // Token tiles (the wgmma N) the GEMM is built for: N from 16 to 256 in steps
 // of 8 is legal, and each tile is one instance of the kernel.
 MXMOE_SM90_HD constexpr bool is_token_tile(int bn) {
-  return bn == 16 || bn == 32 || bn == 48 || bn == 64 || bn == 96 || bn == 128 || bn == 192;
+  return bn == 16 || bn == 32 || bn == 48 || bn == 64 || bn == 96 || bn == 128 || bn == 160 || bn == 192;
 }
 inline constexpr int kGroupRows = 16;             // rows of one warp (WeightSwizzle::kMmaRowGroups16 group)
 inline constexpr int kGroupChunkBytes = 1024;     // codes of one group's 128-K chunk, contiguous

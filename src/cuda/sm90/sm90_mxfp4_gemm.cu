@@ -32,6 +32,7 @@ cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swi
     case 64: return swiglu ? launch<64, true>(p, grid, overlap, stream) : launch<64, false>(p, grid, overlap, stream);
     case 96: return swiglu ? launch<96, true>(p, grid, overlap, stream) : launch<96, false>(p, grid, overlap, stream);
     case 128: return swiglu ? launch<128, true>(p, grid, overlap, stream) : launch<128, false>(p, grid, overlap, stream);
+    case 160: return swiglu ? launch<160, true>(p, grid, overlap, stream) : launch<160, false>(p, grid, overlap, stream);
     case 192: return swiglu ? launch<192, true>(p, grid, overlap, stream) : launch<192, false>(p, grid, overlap, stream);
     default: return cudaErrorInvalidValue;
   }
@@ -44,6 +45,7 @@ cudaError_t init_sm90_mxfp4_gemm() {
                               allow_max_smem<64, true>(), allow_max_smem<64, false>(),
                               allow_max_smem<96, true>(), allow_max_smem<96, false>(),
                               allow_max_smem<128, true>(), allow_max_smem<128, false>(),
+                              allow_max_smem<160, true>(), allow_max_smem<160, false>(),
                               allow_max_smem<192, true>(), allow_max_smem<192, false>()};
   for (cudaError_t e : errs)
     if (e != cudaSuccess) return e;
