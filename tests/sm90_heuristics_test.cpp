@@ -40,9 +40,7 @@ TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(312, 4, 32), 48);     // 39
   EXPECT_EQ(token_tile(320, 4, 32), 64);     // 40
   EXPECT_EQ(token_tile(440, 4, 32), 64);     // 55
-  EXPECT_EQ(token_tile(448, 4, 32), 96);     // 56
-  EXPECT_EQ(token_tile(632, 4, 32), 96);     // 79
-  EXPECT_EQ(token_tile(640, 4, 32), 128);    // 80
+  EXPECT_EQ(token_tile(448, 4, 32), 128);    // 56
   EXPECT_EQ(token_tile(888, 4, 32), 128);    // 111
   EXPECT_EQ(token_tile(896, 4, 32), 160);    // 112
   EXPECT_EQ(token_tile(4096, 4, 128), 160);  // 128
