@@ -66,7 +66,7 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
   EXPECT_EQ(pipeline_stages(32, 2944), 8);
   EXPECT_EQ(pipeline_stages(16, 2944), 8);
   EXPECT_EQ(pipeline_stages(128, 256), 5);
-  for (int bn : {16, 32, 48, 64, 96, 128, 160, 192})
+  for (int bn : kTokenTiles)
     for (int64_t kp : {128, 256, 768, 2944, 3072, 8192}) {
       const int s = pipeline_stages(bn, kp);
       ASSERT_GE(s, 2) << bn << " " << kp;

@@ -52,7 +52,7 @@ TEST(Sm90Layout, OperandKOrderIsABijectionMatchingTheFragments) {
 }
 
 TEST(Sm90Layout, StageImageIsTheSwizzledKMajorOperand) {
-  for (int bn : {16, 32, 48, 64, 96, 128, 160, 192}) {
+  for (int bn : kTokenTiles) {
     std::vector<int> owner(size_t(stage_bytes(bn) / 2), -1);
     for (int n = 0; n < bn; ++n)
       for (int k = 0; k < kChunk; ++k) {
@@ -89,7 +89,7 @@ TEST(Sm90Layout, PackedTensorIsStagesBackToBack) {
 TEST(Sm90Layout, EightRowsOnIsOneKilobyteOn) {
   // GEMM1's epilogue addresses a thread's outputs (token rows 8 jj + r, r < 8,
   // one operand column) from the row-r offset plus 1024 jj.
-  for (int bn : {16, 32, 48, 64, 96, 128, 160, 192})
+  for (int bn : kTokenTiles)
     for (int64_t e : {0, 1, 37, 127, 128, 300})
       for (int r = 0; r < 8; ++r)
         for (int jj = 0; jj < bn / 8; ++jj)
@@ -100,7 +100,7 @@ TEST(Sm90Layout, EightRowsOnIsOneKilobyteOn) {
 TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
   // The pack kernel's 16-byte formation against packed_offset element by element.
   std::mt19937 rng(7);
-  for (int bn : {16, 32, 48, 64, 96, 128, 160, 192}) {
+  for (int bn : kTokenTiles) {
     const int n = bn - 3;
     std::vector<uint16_t> x(kChunk);
     for (auto& v : x) v = uint16_t(rng());
@@ -122,7 +122,7 @@ TEST(Sm90Layout, DescriptorFields) {
   // 256 KB: the step only adds to the 14-bit start address, and must not
   // carry into the fields above it.
   for (uint32_t stage = 0; stage < 224 * 1024; stage += 1024)
-    for (int bn : {16, 32, 48, 64, 96, 128, 160, 192})
+    for (int bn : kTokenTiles)
       for (int s = 0; s < 8; ++s) {
         const uint64_t d = b_descriptor(stage, bn, s);
         EXPECT_EQ((d & 0x3FFF) << 4, stage + uint32_t((s / 4) * bn * 128 + (s % 4) * 32));
@@ -163,7 +163,7 @@ TEST(Sm90Layout, AccumulatorFragment) {
 }
 
 TEST(Sm90Layout, SharedMemoryCarveUp) {
-  for (int bn : {16, 32, 48, 64, 96, 128, 160, 192})
+  for (int bn : kTokenTiles)
     for (int kp : {256, 2944, 8192})
       for (int stages = 2; stages <= 8; ++stages) {
         const SmemLayout l = smem_layout(bn, kp, stages);

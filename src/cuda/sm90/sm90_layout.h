@@ -32,9 +32,13 @@ inline constexpr int kConsumerWarpgroups = 2;     // each owns 64 rows (one wgmm
 inline constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
 inline constexpr int kThreads = kConsumerThreads + 128;  // + one producer warpgroup
 // Token tiles (the wgmma N) the GEMM is built for: N from 16 to 256 in steps
-// of 8 is legal, and each tile is one instance of the kernel.
-MXMOE_SM90_HD constexpr bool is_token_tile(int bn) {
-  return bn == 16 || bn == 32 || bn == 48 || bn == 64 || bn == 96 || bn == 128 || bn == 160 || bn == 192;
+// of 8 is legal, and each tile is one instance of the kernel. Host constexpr
+// (the kernel uses it only in a static_assert).
+inline constexpr int kTokenTiles[] = {16, 32, 48, 64, 96, 128, 160, 192};
+constexpr bool is_token_tile(int bn) {
+  for (int t : kTokenTiles)
+    if (t == bn) return true;
+  return false;
 }
 inline constexpr int kGroupRows = 16;             // rows of one warp (WeightSwizzle::kMmaRowGroups16 group)
 inline constexpr int kGroupChunkBytes = 1024;     // codes of one group's 128-K chunk, contiguous

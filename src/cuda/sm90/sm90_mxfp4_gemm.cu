@@ -4,6 +4,9 @@
 #include "cuda/sm90/heuristics.h"
 #include "cuda/sm90/sm90_mxfp4_gemm_launch.h"
 
+#include <iterator>
+#include <utility>
+
 namespace mxmoe::sm90 {
 namespace {
 
@@ -20,36 +23,37 @@ cudaError_t allow_max_smem() {
                               kMaxDynamicSmem);
 }
 
+// One instance per entry of kTokenTiles, the token tile chosen at run time.
+template <size_t... I>
+cudaError_t launch_tile(std::index_sequence<I...>, const GemmParams& p, int token_tile, bool swiglu, int grid,
+                        bool overlap, cudaStream_t stream) {
+  using Launch = cudaError_t (*)(const GemmParams&, int, bool, cudaStream_t);
+  constexpr Launch with_swiglu[] = {launch<kTokenTiles[I], true>...};
+  constexpr Launch with_route[] = {launch<kTokenTiles[I], false>...};
+  for (size_t i = 0; i < sizeof...(I); ++i)
+    if (kTokenTiles[i] == token_tile) return (swiglu ? with_swiglu : with_route)[i](p, grid, overlap, stream);
+  return cudaErrorInvalidValue;
+}
+
+template <size_t... I>
+cudaError_t allow_max_smem_all(std::index_sequence<I...>) {
+  using Allow = cudaError_t (*)();
+  constexpr Allow each[] = {allow_max_smem<kTokenTiles[I], true>..., allow_max_smem<kTokenTiles[I], false>...};
+  for (Allow allow : each)
+    if (const cudaError_t e = allow(); e != cudaSuccess) return e;
+  return cudaSuccess;
+}
+
+constexpr auto kTileIndices = std::make_index_sequence<std::size(kTokenTiles)>();
+
 }  // namespace
 
 cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swiglu, int grid, bool overlap,
                                    cudaStream_t stream) {
   if (p.stages < 2 || smem_layout(token_tile, p.k, p.stages).bytes > kMaxDynamicSmem) return cudaErrorInvalidValue;
-  switch (token_tile) {
-    case 16: return swiglu ? launch<16, true>(p, grid, overlap, stream) : launch<16, false>(p, grid, overlap, stream);
-    case 32: return swiglu ? launch<32, true>(p, grid, overlap, stream) : launch<32, false>(p, grid, overlap, stream);
-    case 48: return swiglu ? launch<48, true>(p, grid, overlap, stream) : launch<48, false>(p, grid, overlap, stream);
-    case 64: return swiglu ? launch<64, true>(p, grid, overlap, stream) : launch<64, false>(p, grid, overlap, stream);
-    case 96: return swiglu ? launch<96, true>(p, grid, overlap, stream) : launch<96, false>(p, grid, overlap, stream);
-    case 128: return swiglu ? launch<128, true>(p, grid, overlap, stream) : launch<128, false>(p, grid, overlap, stream);
-    case 160: return swiglu ? launch<160, true>(p, grid, overlap, stream) : launch<160, false>(p, grid, overlap, stream);
-    case 192: return swiglu ? launch<192, true>(p, grid, overlap, stream) : launch<192, false>(p, grid, overlap, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return launch_tile(kTileIndices, p, token_tile, swiglu, grid, overlap, stream);
 }
 
-cudaError_t init_sm90_mxfp4_gemm() {
-  const cudaError_t errs[] = {allow_max_smem<16, true>(), allow_max_smem<16, false>(),
-                              allow_max_smem<32, true>(), allow_max_smem<32, false>(),
-                              allow_max_smem<48, true>(), allow_max_smem<48, false>(),
-                              allow_max_smem<64, true>(), allow_max_smem<64, false>(),
-                              allow_max_smem<96, true>(), allow_max_smem<96, false>(),
-                              allow_max_smem<128, true>(), allow_max_smem<128, false>(),
-                              allow_max_smem<160, true>(), allow_max_smem<160, false>(),
-                              allow_max_smem<192, true>(), allow_max_smem<192, false>()};
-  for (cudaError_t e : errs)
-    if (e != cudaSuccess) return e;
-  return cudaSuccess;
-}
+cudaError_t init_sm90_mxfp4_gemm() { return allow_max_smem_all(kTileIndices); }
 
 }  // namespace mxmoe::sm90
