@@ -111,7 +111,8 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
       return Status::InvalidArgument("sm90: prepared weight tensors must be 16-byte aligned");
   if (!is_token_tile(cfg.token_tile))
-    return Status::InvalidArgument(fmt::format("sm90: token tile {} is not one of {}", cfg.token_tile, fmt::join(kTokenTiles, ", ")));
+    return Status::InvalidArgument(
+        fmt::format("sm90: token tile {} is not one of {}", cfg.token_tile, fmt::join(kTokenTiles, ", ")));
   if (cfg.stages_gemm1 < 2 || cfg.stages_gemm2 < 2 ||
       smem_layout(cfg.token_tile, int(Hp), cfg.stages_gemm1).bytes > kMaxDynamicSmem ||
       smem_layout(cfg.token_tile, int(Ip), cfg.stages_gemm2).bytes > kMaxDynamicSmem)
