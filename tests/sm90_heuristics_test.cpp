@@ -39,8 +39,10 @@ TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(224, 4, 32), 48);     // 28
   EXPECT_EQ(token_tile(312, 4, 32), 48);     // 39
   EXPECT_EQ(token_tile(320, 4, 32), 64);     // 40
-  EXPECT_EQ(token_tile(440, 4, 32), 64);     // 55
-  EXPECT_EQ(token_tile(448, 4, 32), 128);    // 56
+  EXPECT_EQ(token_tile(488, 4, 32), 64);     // 61
+  EXPECT_EQ(token_tile(496, 4, 32), 96);     // 62
+  EXPECT_EQ(token_tile(696, 4, 32), 96);     // 87
+  EXPECT_EQ(token_tile(704, 4, 32), 128);    // 88
   EXPECT_EQ(token_tile(888, 4, 32), 128);    // 111
   EXPECT_EQ(token_tile(896, 4, 32), 160);    // 112
   EXPECT_EQ(token_tile(4096, 4, 128), 160);  // 128

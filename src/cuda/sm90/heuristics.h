@@ -63,7 +63,10 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 //   m = 24:  32 184.4 / 48 212.4 / 64 236.9; 32 727.1 / 48 813.8
 //   m = 32:  48 216.9 / 64 244.2 / 32 244.5; 48 830.6 / 64 941.5 / 32 946.2
 //   m = 48:  64 250.6 / 96 281.8 / 48 292.3; 64 924.1 / 96 1121.8 / 48 1189.0
+//   m = 56:  64 275.9 / 96 287.1 / 128 337.6 (20b)
 //   m = 64:  96 294.9 / 128 336.3 / 64 340.3; 96 1222.3 / 64 1364.4 / 128 1370.5
+//   m = 68:  96 296.4 / 128 346.7 / 64 377.4 (20b)
+//   m = 80:  96 305.3 / 128 351.5 / 64 430.4 (20b)
 //   m = 96:  128 356.9 / 96 398.6 / 160 424.4 / 64 450.3; 128 1485.8 / 160 1735.8 / 96 1751.5
 //   m = 128: 160 447.2 / 128 509.0 / 192 522.6 / 96 566.1; 160 1865.9 / 192 2118.6 / 128 2141.6
 //   m = 160: 160 642.7 / 128 690.3; 160 2600.8 / 128 2785.2
@@ -73,16 +76,15 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 //   m = 2048: 192 6098.0 / 128 6326.1 (20b T = 16384)
 // The widths do not grow monotonically with m: 192 rows fill two 128-token
 // tiles exactly but pad a 160-token pair to 320. Each boundary lies midway
-// between the measured m on either side. The 96-token tile, fastest at m = 64,
-// is not picked until the GPU suite has compared it with the reference (it
-// was timed, not checked): 128 takes its rows.
+// between the measured m on either side.
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
   if (is_token_tile(override_tile)) return override_tile;
   const int64_t m = mean_rows_per_expert(tokens, topk, experts);
   if (m <= 12) return 16;
   if (m < 28) return 32;
   if (m < 40) return 48;
-  if (m < 56) return 64;
+  if (m < 62) return 64;
+  if (m < 88) return 96;
   if (m < 112) return 128;
   if (m < 176) return 160;
   return m < 384 ? 128 : 192;
