@@ -58,23 +58,28 @@ TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
 
 TEST(Sm90Heuristics, StagesFillSharedMemory) {
   // gpt-oss K = 2944: a stage is 8 KB of codes + 256 bytes per token; two
-  // 11.5 KB scale buffers; 227 KB in all.
+  // 11.5 KB scale buffers; 227 KB in all for one block per SM, 113 KB each
+  // for two.
   EXPECT_EQ(pipeline_stages(192, 2944), 3);
   EXPECT_EQ(pipeline_stages(160, 2944), 4);
   EXPECT_EQ(pipeline_stages(128, 2944), 5);
   EXPECT_EQ(pipeline_stages(96, 2944), 6);
-  EXPECT_EQ(pipeline_stages(48, 2944), 8);
   EXPECT_EQ(pipeline_stages(64, 2944), 8);
-  EXPECT_EQ(pipeline_stages(32, 2944), 8);
-  EXPECT_EQ(pipeline_stages(16, 2944), 8);
+  EXPECT_EQ(blocks_per_sm(64), 1);
+  EXPECT_EQ(blocks_per_sm(48), 2);
+  EXPECT_EQ(pipeline_stages(48, 2944), 4);
+  EXPECT_EQ(pipeline_stages(32, 2944), 5);
+  EXPECT_EQ(pipeline_stages(16, 2944), 7);
   EXPECT_EQ(pipeline_stages(128, 256), 5);
-  for (int bn : kTokenTiles)
+  for (int bn : kTokenTiles) {
+    EXPECT_LE(blocks_per_sm(bn) * (max_dynamic_smem(bn) + 1024), 233472) << bn;  // the SM's 228 KB
     for (int64_t kp : {128, 256, 768, 2944, 3072, 8192}) {
       const int s = pipeline_stages(bn, kp);
       ASSERT_GE(s, 2) << bn << " " << kp;
-      EXPECT_LE(smem_layout(bn, int(kp), s).bytes, kMaxDynamicSmem);
-      if (s < kMaxStages) EXPECT_GT(smem_layout(bn, int(kp), s + 1).bytes, kMaxDynamicSmem);
+      EXPECT_LE(smem_layout(bn, int(kp), s).bytes, max_dynamic_smem(bn));
+      if (s < kMaxStages) EXPECT_GT(smem_layout(bn, int(kp), s + 1).bytes, max_dynamic_smem(bn));
     }
+  }
   // Not even two stages: K so large that the scale buffers alone take the space.
   EXPECT_EQ(pipeline_stages(128, 1 << 15), 0);
   EXPECT_EQ(choose_config(16384, 4, 32, 1 << 15, 2944).path, Path::kPortableDecode);
@@ -90,7 +95,9 @@ TEST(Sm90Heuristics, OverridesAndDescription) {
   EXPECT_EQ(c.token_tile, 192);
   EXPECT_EQ(c.stages_gemm1, 3);
   EXPECT_EQ(c.stages_gemm2, 3);
-  EXPECT_EQ(describe(c), "wgmma: 192-token tiles, 3 / 3 stages (GEMM1 / GEMM2)");
+  EXPECT_EQ(describe(c), "wgmma: 192-token tiles, 3 / 3 stages (GEMM1 / GEMM2), 1 block per SM");
+  EXPECT_EQ(describe(choose_config(256, 4, 32, 2944, 2944)),
+            "wgmma: 48-token tiles, 4 / 4 stages (GEMM1 / GEMM2), 2 blocks per SM");
 }
 
 }  // namespace

@@ -13,8 +13,6 @@
 
 namespace mxmoe::sm90 {
 
-// Shared memory one block may use on SM90 (227 KB, after opting in).
-inline constexpr int kMaxDynamicSmem = 232448;
 // Deepest ring. Deeper rings only add start-up latency: 12 stages of 32
 // tokens instead of 8 left gpt-oss-120b T = 256 at 741 vs 737 us (H200).
 inline constexpr int kMaxStages = 8;
@@ -90,11 +88,12 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
   return m < 384 ? 128 : 192;
 }
 
-// Deepest ring (at most kMaxStages) whose shared memory fits, or 0 when not
-// even two stages do (K too large).
+// Deepest ring (at most kMaxStages) whose shared memory fits the block's
+// share of the SM (max_dynamic_smem), or 0 when not even two stages do (K too
+// large).
 inline int pipeline_stages(int token_tile, int64_t k_padded) {
   for (int s = kMaxStages; s >= 2; --s)
-    if (smem_layout(token_tile, int(k_padded), s).bytes <= kMaxDynamicSmem) return s;
+    if (smem_layout(token_tile, int(k_padded), s).bytes <= max_dynamic_smem(token_tile)) return s;
   return 0;
 }
 
@@ -116,13 +115,15 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   return c;
 }
 
-// One line, e.g. "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2)".
+// One line, e.g. "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2), 1 block per SM".
 inline std::string describe(const Config& c) {
   if (c.path == Path::kPortableDecode)
     return c.per_pair ? std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription
                       : "portable decode kernels (mma.sync GEMV) on expert-grouped tiles";
+  const int blocks = blocks_per_sm(c.token_tile);
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
-         std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2)";
+         std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2), " + std::to_string(blocks) +
+         (blocks == 1 ? " block per SM" : " blocks per SM");
 }
 
 }  // namespace mxmoe::sm90

@@ -114,8 +114,8 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
     return Status::InvalidArgument(
         fmt::format("sm90: token tile {} is not one of {}", cfg.token_tile, fmt::join(kTokenTiles, ", ")));
   if (cfg.stages_gemm1 < 2 || cfg.stages_gemm2 < 2 ||
-      smem_layout(cfg.token_tile, int(Hp), cfg.stages_gemm1).bytes > kMaxDynamicSmem ||
-      smem_layout(cfg.token_tile, int(Ip), cfg.stages_gemm2).bytes > kMaxDynamicSmem)
+      smem_layout(cfg.token_tile, int(Hp), cfg.stages_gemm1).bytes > max_dynamic_smem(cfg.token_tile) ||
+      smem_layout(cfg.token_tile, int(Ip), cfg.stages_gemm2).bytes > max_dynamic_smem(cfg.token_tile))
     return Status::InvalidArgument(fmt::format("sm90: stages {} / {} do not fit shared memory for Hp = {}, Ip = {}",
                                                cfg.stages_gemm1, cfg.stages_gemm2, Hp, Ip));
   return Status::Ok();
@@ -208,7 +208,8 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g1.act_out = act;
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
-  const int grid1 = int(std::min<int64_t>(sms, l.max_tiles * (2 * Ip / kTileRows)));
+  const int blocks = sms * blocks_per_sm(tile);
+  const int grid1 = int(std::min<int64_t>(blocks, l.max_tiles * (2 * Ip / kTileRows)));
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_sm90_mxfp4_gemm(g1, tile, true, grid1, overlap, stream), "GEMM1 launch"));
 
@@ -225,7 +226,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g2.y_out = ypair;
   g2.n_valid = int(H);
   g2.row_meta = row_weight;
-  const int grid2 = int(std::min<int64_t>(sms, l.max_tiles * (Hp / kTileRows)));
+  const int grid2 = int(std::min<int64_t>(blocks, l.max_tiles * (Hp / kTileRows)));
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_sm90_mxfp4_gemm(g2, tile, false, grid2, overlap, stream), "GEMM2 launch"));
 

@@ -40,6 +40,19 @@ constexpr bool is_token_tile(int bn) {
     if (t == bn) return true;
   return false;
 }
+// Blocks per SM of a token tile's kernel. Each consumer warp's chunk is
+// serial: it dequantises, then is held at the wgmma issue while its MMAs run
+// (A comes from its registers). Narrow tiles leave the tensor core idle for
+// most of that chain, so two blocks share an SM there: four consumer warps per
+// scheduler instead of two, each with one set of A registers (104 registers a
+// consumer thread) and half the shared memory.
+#ifndef MXMOE_SM90_TWO_BLOCK_MAX_TILE
+#define MXMOE_SM90_TWO_BLOCK_MAX_TILE 48
+#endif
+MXMOE_SM90_HD constexpr int blocks_per_sm(int bn) { return bn <= MXMOE_SM90_TWO_BLOCK_MAX_TILE ? 2 : 1; }
+// Dynamic shared memory of one block: 227 KB alone on an SM; with two, each
+// gets half of the SM's 228 KB less the 1 KB the hardware reserves per block.
+MXMOE_SM90_HD constexpr int max_dynamic_smem(int bn) { return blocks_per_sm(bn) == 2 ? 233472 / 2 - 1024 : 232448; }
 inline constexpr int kGroupRows = 16;             // rows of one warp (WeightSwizzle::kMmaRowGroups16 group)
 inline constexpr int kGroupChunkBytes = 1024;     // codes of one group's 128-K chunk, contiguous
 // Codes of a 128-row tile's chunk: 8 groups' 1 KB, contiguous (kMmaRowTiles128).

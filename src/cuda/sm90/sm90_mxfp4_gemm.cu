@@ -20,7 +20,7 @@ cudaError_t launch(const GemmParams& p, int grid, bool overlap, cudaStream_t str
 template <int BN, bool kSwiglu>
 cudaError_t allow_max_smem() {
   return cudaFuncSetAttribute(sm90_mxfp4_moe_gemm<BN, kSwiglu>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              kMaxDynamicSmem);
+                              max_dynamic_smem(BN));
 }
 
 // One instance per entry of kTokenTiles, the token tile chosen at run time.
@@ -50,7 +50,9 @@ constexpr auto kTileIndices = std::make_index_sequence<std::size(kTokenTiles)>()
 
 cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swiglu, int grid, bool overlap,
                                    cudaStream_t stream) {
-  if (p.stages < 2 || smem_layout(token_tile, p.k, p.stages).bytes > kMaxDynamicSmem) return cudaErrorInvalidValue;
+  if (p.stages < 2 || !is_token_tile(token_tile) ||
+      smem_layout(token_tile, p.k, p.stages).bytes > max_dynamic_smem(token_tile))
+    return cudaErrorInvalidValue;
   return launch_tile(kTileIndices, p, token_tile, swiglu, grid, overlap, stream);
 }
 

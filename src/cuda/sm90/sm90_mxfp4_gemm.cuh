@@ -40,17 +40,21 @@
 
 namespace mxmoe::sm90 {
 
-// Register budgets after setmaxnreg (multiples of 8): 128 x 40 + 256 x 232 =
-// 64512. The kernel enters with 65536 / 384 rounded down to 8 = 168 per thread
-// (launch bounds with one block per SM, which setmaxnreg needs to take
-// effect), and setmaxnreg only moves registers between the block's warps: an
-// increase waits until decreases free enough of the block's own registers.
-// Budgets beyond the 384 x 168 the block entered with would hang the kernel.
-inline constexpr int kProducerRegs = 40;
-inline constexpr int kConsumerRegs = 232;
-inline constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;
-static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kEntryRegs,
-              "the warpgroups' register budgets must fit the registers the block enters with");
+// Register budgets after setmaxnreg (multiples of 8), per blocks per SM. One
+// block: 128 x 40 + 256 x 232 = 64512; two: 128 x 24 + 256 x 104 = 29696. The
+// kernel enters with 65536 / (384 x blocks) rounded down to 8 per thread (168
+// or 80: launch bounds with that many blocks per SM), and setmaxnreg only
+// moves registers between the block's warps: an increase waits until
+// decreases free enough of the block's own registers. Budgets beyond what the
+// block entered with would hang the kernel.
+template <int kBlocks>
+struct RegisterBudget {
+  static constexpr int kProducer = kBlocks == 1 ? 40 : 24;
+  static constexpr int kConsumer = kBlocks == 1 ? 232 : 104;
+  static constexpr int kEntry = 65536 / (kThreads * kBlocks) / 8 * 8;
+  static_assert(128 * kProducer + kConsumerThreads * kConsumer <= kThreads * kEntry,
+                "the warpgroups' register budgets must fit the registers the block enters with");
+};
 
 namespace detail {
 
@@ -211,9 +215,14 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
 }
 
 // Consumer warpgroup q (0 or 1): rows [64q, 64q + 64) of each item's tile.
+// With one block per SM, two sets of A registers: chunk c + 1 is dequantised
+// while chunk c's group may still run. With two blocks per SM (104 registers)
+// one set: the thread waits for its chunk's group before the next, and the
+// other block's warps fill the scheduler meanwhile.
 template <int BN, bool kSwiglu, bool kTwoStep>
 __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, const Items& it, int q, int w,
                                         int lane) {
+  constexpr bool kTwoSets = blocks_per_sm(BN) == 1;
   constexpr int kAcc = BN / 2;
   constexpr uint32_t kActBytes = stage_bytes(BN);
   static_assert(kAcc * 128 == 64 * BN, "an m64nN f32 accumulator is N/2 registers per thread");
@@ -250,26 +259,35 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       ptx::wgmma_commit();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-      ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
       // Every consumer thread arrives: an arrival releases only its own
       // thread's reads of the stage to the producer's next bulk copy.
-      if (prev >= 0) ptx::mbar_arrive(sm.empty(prev));
-      prev = s;
+      if constexpr (kTwoSets) {
+        ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
+        if (prev >= 0) ptx::mbar_arrive(sm.empty(prev));
+        prev = s;
+      } else {
+        ptx::wgmma_wait<0>();  // this chunk's group is done: its A registers and stage are free
+        ptx::mbar_arrive(sm.empty(s));
+      }
       if (++s == sm.stages) {
         s = 0;
         phase ^= 1;
       }
     };
-    int c = 0;
-    for (; c + 1 < it.chunks; c += 2) {
-      step(c, a0);
-      step(c + 1, a1);
-    }
-    if (c < it.chunks) step(c, a0);
-    ptx::wgmma_wait<0>();
+    if constexpr (kTwoSets) {
+      int c = 0;
+      for (; c + 1 < it.chunks; c += 2) {
+        step(c, a0);
+        step(c + 1, a1);
+      }
+      if (c < it.chunks) step(c, a0);
+      ptx::wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-    ptx::mbar_arrive(sm.empty(prev));
+      for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+      ptx::mbar_arrive(sm.empty(prev));
+    } else {
+      for (int c = 0; c < it.chunks; ++c) step(c, a0);
+    }
     finish_item<BN, kSwiglu>(p, acc, sm.item(b), sm.l, tt, rt, q, w, g, t);
     ptx::mbar_arrive(sm.item_empty(b));
   }
@@ -278,7 +296,9 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
 }  // namespace detail
 
 template <int BN, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, 1) sm90_mxfp4_moe_gemm(const __grid_constant__ GemmParams p) {
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(BN))
+    sm90_mxfp4_moe_gemm(const __grid_constant__ GemmParams p) {
+  using Budget = RegisterBudget<blocks_per_sm(BN)>;
   static_assert(is_token_tile(BN), "token tile (wgmma N): one of is_token_tile's");
   static_assert(kThreads == 384, "one producer and two consumer warpgroups");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -305,10 +325,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_mxfp4_moe_gemm(const __grid_
   const detail::Items items{*p.num_tiles * row_tiles, row_tiles, p.k / kChunk};
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   if (warpgroup == 0) {
-    ptx::setmaxnreg_dec<kProducerRegs>();
+    ptx::setmaxnreg_dec<Budget::kProducer>();
     if (warp == 0) detail::produce<BN>(p, sm, items, lane);
   } else {
-    ptx::setmaxnreg_inc<kConsumerRegs>();
+    ptx::setmaxnreg_inc<Budget::kConsumer>();
     if (p.large_scales)
       detail::consume<BN, kSwiglu, true>(p, sm, items, warpgroup - 1, warp, lane);
     else

@@ -36,7 +36,7 @@ struct GemmParams {
   int n_valid;
 };
 
-// Persistent grid of `grid` blocks (at most one per SM) walking the
+// Persistent grid of `grid` blocks (at most blocks_per_sm(token_tile) per SM) walking the
 // (token tile, 128-row tile) items; token_tile is one of is_token_tile. `overlap`:
 // programmatic dependent launch (see pdl.cuh).
 cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swiglu, int grid, bool overlap,
