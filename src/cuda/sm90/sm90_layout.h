@@ -45,11 +45,12 @@ constexpr bool is_token_tile(int bn) {
 // (A comes from its registers). Narrow tiles leave the tensor core idle for
 // most of that chain, so two blocks share an SM there: four consumer warps per
 // scheduler instead of two, each with one set of A registers (104 registers a
-// consumer thread) and half the shared memory.
-#ifndef MXMOE_SM90_TWO_BLOCK_MAX_TILE
-#define MXMOE_SM90_TWO_BLOCK_MAX_TILE 48
-#endif
-MXMOE_SM90_HD constexpr int blocks_per_sm(int bn) { return bn <= MXMOE_SM90_TWO_BLOCK_MAX_TILE ? 2 : 1; }
+// consumer thread) and half the shared memory. Two blocks against one, same
+// H200 call, us: 16-token tiles 20b T = 64 149.6 / 159.6, 120b T = 256 513.9 /
+// 548.0; 32: 20b T = 128 171.2 / 178.1; 48: 20b T = 256 202.4 / 217.4, 120b
+// T = 1024 736.5 / 820.8; 64: 20b T = 384 232.9 / 250.3, T = 448 268.1 / 276.9.
+inline constexpr int kTwoBlockMaxTile = 64;
+MXMOE_SM90_HD constexpr int blocks_per_sm(int bn) { return bn <= kTwoBlockMaxTile ? 2 : 1; }
 // Dynamic shared memory of one block: 227 KB alone on an SM; with two, each
 // gets half of the SM's 228 KB less the 1 KB the hardware reserves per block.
 MXMOE_SM90_HD constexpr int max_dynamic_smem(int bn) { return blocks_per_sm(bn) == 2 ? 233472 / 2 - 1024 : 232448; }

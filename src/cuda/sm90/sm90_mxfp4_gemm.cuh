@@ -7,23 +7,26 @@
 // activations are the B operand, read by wgmma from a 128-byte-swizzled
 // shared-memory stage (sm90_layout.h).
 //
-// Block: 3 warpgroups, one block per SM, persistent over the (token tile,
+// Block: 3 warpgroups, blocks_per_sm(N) blocks per SM (one, or two for
+// narrow token tiles: RegisterBudget), persistent over the (token tile,
 // 128-row tile) items in a fixed order (row tiles fastest: the token tile's
 // stages stay in L2 while every row tile reads them; consecutive token tiles
 // of one expert re-read its weights from L2).
-//   * warpgroup 0, producer (40 registers): one warp streams a ring of
+//   * warpgroup 0, producer (40 or 24 registers): one warp streams a ring of
 //     `stages` stages with 1D bulk copies completing on mbarriers: per 128-K
 //     chunk the tile's codes (8 KB, its 8 row groups' 1 KB images, contiguous
 //     in the kMmaRowTiles128 layout) and the token tile's packed activations
 //     (one contiguous copy each), and once per item the tile's 128 x K/32 scale bytes,
 //     the epilogue's column metadata and the rows' bias (double-buffered, so
 //     the next item's buffer loads during this one).
-//   * warpgroups 1 and 2, consumers (232 registers): 64 weight rows each.
-//     Per chunk: wait "full", dequantise 8 k16 steps of A (32 registers), issue
-//     8 wgmma m64nNk16 into the same accumulators, commit, then wait until at
-//     most this chunk's group is in flight and release the previous chunk's
-//     stage ("empty"). A registers alternate between two sets so that the
-//     dequantisation of chunk c+1 overlaps the tensor cores on chunk c.
+//   * warpgroups 1 and 2, consumers (232 or 104 registers): 64 weight rows
+//     each. Per chunk: wait "full", dequantise 8 k16 steps of A (32
+//     registers), issue 8 wgmma m64nNk16 into the same accumulators, commit,
+//     then wait until at most this chunk's group is in flight and release the
+//     previous chunk's stage ("empty"). With one block per SM the A registers
+//     alternate between two sets so that the dequantisation of chunk c+1 may
+//     overlap the tensor cores on chunk c; with two, one set, and the other
+//     block's warps fill the schedulers.
 // Barriers: full[s] (1 arrival + transaction bytes), empty[s] (every
 // consumer thread), item_full[2] / item_empty[2] likewise. Results are deterministic:
 // no atomics, every sum in a fixed order.
