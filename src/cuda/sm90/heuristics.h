@@ -74,7 +74,9 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 //   m = 2048: 192 6098.0 / 128 6326.1 (20b T = 16384)
 // The widths do not grow monotonically with m: 192 rows fill two 128-token
 // tiles exactly but pad a 160-token pair to 320. Each boundary lies midway
-// between the measured m on either side.
+// between the measured m on either side. The sweep ran one block per SM at
+// every width; tiles up to 64 tokens now run two (blocks_per_sm), 4-12%
+// faster, so the boundaries below m = 88 may move when re-measured.
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
   if (is_token_tile(override_tile)) return override_tile;
   const int64_t m = mean_rows_per_expert(tokens, topk, experts);
