@@ -51,9 +51,13 @@ constexpr bool is_token_tile(int bn) {
 // T = 1024 736.5 / 820.8; 64: 20b T = 384 232.9 / 250.3, T = 448 268.1 / 276.9.
 inline constexpr int kTwoBlockMaxTile = 64;
 MXMOE_SM90_HD constexpr int blocks_per_sm(int bn) { return bn <= kTwoBlockMaxTile ? 2 : 1; }
-// Dynamic shared memory of one block: 227 KB alone on an SM; with two, each
-// gets half of the SM's 228 KB less the 1 KB the hardware reserves per block.
-MXMOE_SM90_HD constexpr int max_dynamic_smem(int bn) { return blocks_per_sm(bn) == 2 ? 233472 / 2 - 1024 : 232448; }
+// Dynamic shared memory of one block: its share of the SM's 228 KB less the
+// 1 KB the hardware reserves per block (227 KB alone on an SM, after opting in).
+inline constexpr int kSmSharedBytes = 233472;
+inline constexpr int kBlockReservedSmem = 1024;
+MXMOE_SM90_HD constexpr int max_dynamic_smem(int bn) {
+  return kSmSharedBytes / blocks_per_sm(bn) - kBlockReservedSmem;
+}
 inline constexpr int kGroupRows = 16;             // rows of one warp (WeightSwizzle::kMmaRowGroups16 group)
 inline constexpr int kGroupChunkBytes = 1024;     // codes of one group's 128-K chunk, contiguous
 // Codes of a 128-row tile's chunk: 8 groups' 1 KB, contiguous (kMmaRowTiles128).

@@ -270,6 +270,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
         prev = s;
       } else {
         ptx::wgmma_wait<0>();  // this chunk's group is done: its A registers and stage are free
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
         ptx::mbar_arrive(sm.empty(s));
       }
       if (++s == sm.stages) {
