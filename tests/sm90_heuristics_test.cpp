@@ -8,15 +8,20 @@ namespace mxmoe::sm90 {
 namespace {
 
 TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
-  // Up to 64 (token, slot) pairs, whatever the experts: T = 16 at top-4.
+  // Up to 64 (token, slot) pairs while they touch at most 29.5 experts: on
+  // 32 experts T = 16 at top-4 (27.8), on 128 T = 8 (28.4; T = 9: 31.5).
+  EXPECT_NEAR(expected_experts_touched(64, 32), 27.8, 0.05);
+  EXPECT_NEAR(expected_experts_touched(32, 128), 28.4, 0.05);
+  EXPECT_NEAR(expected_experts_touched(1, 128), 1.0, 1e-9);
   EXPECT_EQ(choose_config(1, 4, 32, 2944, 2944).path, Path::kPortableDecode);
   EXPECT_EQ(choose_config(16, 4, 32, 2944, 2944).path, Path::kPortableDecode);
   EXPECT_EQ(choose_config(17, 4, 32, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(16, 4, 128, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(17, 4, 128, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(8, 4, 128, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(9, 4, 128, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(16, 4, 128, 2944, 2944).path, Path::kWgmma);
   EXPECT_EQ(choose_config(64, 1, 8, 2944, 2944).path, Path::kPortableDecode);
   EXPECT_EQ(choose_config(65, 1, 8, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(17, 4, 128, 2944, 2944).token_tile, 16);
+  EXPECT_EQ(choose_config(9, 4, 128, 2944, 2944).token_tile, 16);
   EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
   EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
   const Config decode = choose_config(16, 4, 32, 2944, 2944);
@@ -37,8 +42,9 @@ TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(97, 4, 32), 32);      // 13
   EXPECT_EQ(token_tile(216, 4, 32), 32);     // 27
   EXPECT_EQ(token_tile(224, 4, 32), 48);     // 28
-  EXPECT_EQ(token_tile(312, 4, 32), 48);     // 39
-  EXPECT_EQ(token_tile(320, 4, 32), 64);     // 40
+  EXPECT_EQ(token_tile(320, 4, 32), 48);     // 40
+  EXPECT_EQ(token_tile(344, 4, 32), 48);     // 43
+  EXPECT_EQ(token_tile(352, 4, 32), 64);     // 44
   EXPECT_EQ(token_tile(488, 4, 32), 64);     // 61
   EXPECT_EQ(token_tile(496, 4, 32), 96);     // 62
   EXPECT_EQ(token_tile(696, 4, 32), 96);     // 87

@@ -146,6 +146,16 @@ TEST_F(Sm90Gpu, GptOssShapes) {
   check_case({{8, 2880, 736, 4}, 4096, RouteMode::kRandom, 606, kHeuristic});    // 192-token tiles
 }
 
+TEST_F(Sm90Gpu, TwoBlockTilesOnATwoStageRing) {
+  // H = 7936 (62 chunks) is the widest K whose GEMM1 ring still has two stages
+  // in half an SM's shared memory at 48- and 64-token tiles: every chunk's
+  // stage is refilled while the other stage is being read.
+  ASSERT_EQ(sm90::pipeline_stages(64, 7936), 2);
+  ASSERT_EQ(sm90::pipeline_stages(48, 7936), 2);
+  check_case({{8, 7936, 224, 4}, 129, RouteMode::kRandom, 210, kWgmma64});
+  check_case({{8, 7936, 224, 4}, 97, RouteMode::kRandom, 211, sm90::Overrides{2, 48}});
+}
+
 TEST_F(Sm90Gpu, AllTokensOnOneExpert) {
   check_case({{32, 320, 224, 4}, quick_sweep() ? 129 : 1000, RouteMode::kOneExpert, 300, kWgmma128});
   check_case({{8, 160, 160, 1}, quick_sweep() ? 64 : 4096, RouteMode::kOneExpert, 301, kWgmma64});
@@ -209,7 +219,7 @@ TEST_F(Sm90Gpu, CreateBackendAndTiming) {
   EXPECT_EQ(be->kind(), BackendKind::kSm90);
   for (int64_t T : {int64_t(16), int64_t(1024)}) {  // decode path, then wgmma (256 rows per expert)
     ForwardTiming t;
-    const Status ts = be->time_forward(T, 2, 5, 1, &t);
+    const Status ts = be->time_forward(T, 2, 5, 1, 0.0, &t);
     ASSERT_TRUE(ts.ok()) << ts.message();
     EXPECT_GT(t.median_us, 0.0);
     EXPECT_LE(t.min_us, t.median_us);

@@ -5,6 +5,7 @@
 // `mxmoe info` prints the configuration per token count.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -16,16 +17,30 @@ namespace mxmoe::sm90 {
 // Deepest ring. Deeper rings only add start-up latency: 12 stages of 32
 // tokens instead of 8 left gpt-oss-120b T = 256 at 741 vs 737 us (H200).
 inline constexpr int kMaxStages = 8;
-// At most this many (token, slot) pairs the portable decode kernels (8-token
-// tiles, split K) beat the wgmma GEMMs. Measured on the H200 (2026-11-29,
-// after a stage's codes came in one copy, s19), decode / wgmma with 16-token
-// tiles in us: gpt-oss-20b T = 16 (64 pairs) 137.1 / 139.7, T = 24 (96)
-// 149.5 / 150.6, T = 32 (128) 159.2 / 154.4, T = 48 178.9 / 156.7;
-// gpt-oss-120b T = 16 (64) 236.2 / 235.4, T = 32 (128) 381.6 / 356.8,
-// T = 64 509.9 / 464.2, T = 192 709.0 / 551.6. The crossover follows the pair
-// count, not the rows per expert: 20b T = 16 (2 rows) and 120b T = 32 (1 row)
-// fall on opposite sides of it.
+// The portable decode kernels (8-token tiles, split K) beat the wgmma GEMMs
+// up to 64 (token, slot) pairs, and only while those pairs touch few experts
+// (expected_experts_touched): with two blocks per SM (s24) the wgmma GEMMs
+// overtook them at 64 pairs on 128 experts but not on 32. Measured on the
+// H200 (2026-11-29), decode / wgmma with 16-token tiles in us, (pairs,
+// experts touched): gpt-oss-20b T = 8 (32, 20.4) 107.8 / 110.3, T = 12 (48,
+// 25.0) 125.5 / 129.5, T = 16 (64, 27.8) 136.8 / 138.4, T = 24 (96, 30.5)
+// 149.7 / 147.9; gpt-oss-120b T = 8 (32, 28.4) 140.5 / 144.7, T = 16 (64,
+// 50.5) 236.3 / 222.5, T = 24 (96) 316.6 / 284.1, T = 32 (128) 381.5 / 343.1.
+// The experts bound lies midway between 28.4 and 30.5.
 inline constexpr int64_t kDecodeMaxPairs = 64;
+inline constexpr double kDecodeMaxExpertsTouched = 29.5;
+
+// Expected number of distinct experts that `pairs` uniformly routed (token,
+// slot) pairs touch: E (1 - (1 - 1/E)^pairs).
+inline double expected_experts_touched(int64_t pairs, int64_t experts) {
+  return double(experts) * (1.0 - std::pow(1.0 - 1.0 / double(experts), double(pairs)));
+}
+
+// Whether the portable decode kernels take `tokens` tokens.
+inline bool decode_path(int64_t tokens, int64_t topk, int64_t experts) {
+  const int64_t pairs = tokens * topk;
+  return pairs <= kDecodeMaxPairs && expected_experts_touched(pairs, experts) <= kDecodeMaxExpertsTouched;
+}
 
 enum class Path { kPortableDecode, kWgmma };
 
@@ -72,17 +87,24 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 //   m = 256: 128 898.4 / 192 1023.2; 128 3763.5 / 192 4151.2
 //   m = 512: 192 1670.2 / 128 1702.1; 192 6604.7 / 128 6884.2
 //   m = 2048: 192 6098.0 / 128 6326.1 (20b T = 16384)
+// Up to m = 56 again with two blocks per SM for tiles up to 64 tokens
+// (blocks_per_sm; s24, H200, 2026-11-29):
+//   m = 12:  16 161.4 / 32 168.5; 16 616.9 / 32 633.1
+//   m = 16:  32 170.9 / 48 193.6 / 16 206.4; 32 638.3 / 48 734.7 / 16 758.4
+//   m = 24:  32 174.7 / 48 198.7 / 64 219.9; 32 645.2 / 48 792.6
+//   m = 32:  48 202.8 / 64 223.9 / 32 243.3; 48 762.3 / 64 940.0 / 32 978.7
+//   m = 40:  48 219.0 / 64 227.5 / 32 294.7; 48 867.9 / 64 957.0
+//   m = 48:  64 232.8 / 48 279.0 / 96 283.6; 64 1007.5 / 48 1065.6 / 96 1099.6
+//   m = 56:  64 267.5 / 96 291.1 (20b)
 // The widths do not grow monotonically with m: 192 rows fill two 128-token
 // tiles exactly but pad a 160-token pair to 320. Each boundary lies midway
-// between the measured m on either side. The sweep ran one block per SM at
-// every width; tiles up to 64 tokens now run two (blocks_per_sm), 4-12%
-// faster, so the boundaries below m = 88 may move when re-measured.
+// between the measured m on either side.
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
   if (is_token_tile(override_tile)) return override_tile;
   const int64_t m = mean_rows_per_expert(tokens, topk, experts);
   if (m <= 12) return 16;
   if (m < 28) return 32;
-  if (m < 40) return 48;
+  if (m < 44) return 48;
   if (m < 62) return 64;
   if (m < 88) return 96;
   if (m < 112) return 128;
@@ -103,7 +125,7 @@ inline int pipeline_stages(int token_tile, int64_t k_padded) {
 inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
                             int64_t intermediate_padded, const Overrides& o = {}) {
   Config c;
-  const bool decode = tokens * topk <= kDecodeMaxPairs;
+  const bool decode = decode_path(tokens, topk, experts);
   c.per_pair = portable::per_pair_decode(tokens, topk, experts, portable::token_tile(tokens, topk, experts));
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
