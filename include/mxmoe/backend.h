@@ -44,10 +44,12 @@ class Backend {
 
   // Times the forward at `tokens` over `routing_sets` rotated routing sets
   // (so the experts' weights do not stay in L2), about `iterations` forwards in
-  // all. GPU backends time CUDA-graph replays with events after warm-up: one
-  // replay of each set back to back per sample, the median sample per forward.
+  // all. GPU backends time CUDA-graph replays with events after warm-up (three
+  // replays of every set, and replays for at least `min_warmup_s` seconds):
+  // one replay of each set back to back per sample, the median sample per
+  // forward. The CPU backend runs no warm-up.
   virtual Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
-                              ForwardTiming* out) = 0;
+                              double min_warmup_s, ForwardTiming* out) = 0;
 };
 
 // Builds `kind` for these (original, unpadded) weights: runs the backend's

@@ -19,7 +19,7 @@ class CpuBackend final : public Backend {
     return reference_forward(w_, x, tokens, routing, y);
   }
 
-  Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
+  Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed, double /*min_warmup_s*/,
                       ForwardTiming* out) override {
     const MoeShape& s = w_.shape;
     std::vector<Routing> sets;

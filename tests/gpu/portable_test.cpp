@@ -159,7 +159,7 @@ TEST_F(PortableGpu, CreateBackendDispatch) {
   ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(be->kind(), BackendKind::kPortable);
   ForwardTiming t;
-  const Status ts = be->time_forward(16, 2, 5, 1, &t);
+  const Status ts = be->time_forward(16, 2, 5, 1, 0.0, &t);
   ASSERT_TRUE(ts.ok()) << ts.message();
   EXPECT_GT(t.median_us, 0.0);
   EXPECT_LE(t.min_us, t.median_us);

@@ -29,6 +29,7 @@ struct BenchOptions {
   int routing_sets = 8;
   int iterations = 0;  // 0: 200 on a GPU, 3 on the CPU
   uint64_t seed = 1;
+  double warmup_s = 0;  // replays before timing, at least (GPU): 0 times a burst, ~1 s the sustained clock
   std::string json, png;
   int tp = 0, ep = 0;  // ranks of a multi-GPU layer, against one GPU (0: none)
 };
@@ -100,7 +101,7 @@ int run(const BenchOptions& o) {
     PlotSeries floor_line{name + " floor", colors[m % 2], true, {}, {}};
     for (int64_t T : tokens) {
       ForwardTiming timing;
-      if (Status s = backend->time_forward(T, o.routing_sets, iterations, o.seed, &timing); !s.ok()) return fail(s);
+      if (Status s = backend->time_forward(T, o.routing_sets, iterations, o.seed, o.warmup_s, &timing); !s.ok()) return fail(s);
       std::vector<Routing> sets;
       for (int i = 0; i < o.routing_sets; ++i)
         sets.push_back(make_random_routing(T, shape.experts, shape.topk, o.seed + uint64_t(i)));
@@ -118,7 +119,7 @@ int run(const BenchOptions& o) {
       floor_line.x.push_back(double(T)), floor_line.y.push_back(f.us);
     }
     report["models"].push_back({{"model", name}, {"backend", backend_name(kind)}, {"reason", reason},
-                                {"routing_sets", o.routing_sets}, {"rows", rows}});
+                                {"routing_sets", o.routing_sets}, {"min_warmup_s", o.warmup_s}, {"rows", rows}});
     plot.push_back(measured);
     plot.push_back(floor_line);
   }
@@ -156,12 +157,16 @@ Runner add_bench(CLI::App& parent) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app->add_option("--iterations", o->iterations, "Timed forwards per T (default 200 GPU, 3 CPU)");
   app->add_option("--seed", o->seed, "Seed for weights, inputs and routing")->capture_default_str();
+  auto* warmup = app->add_option("--warmup-s", o->warmup_s,
+                                 "GPU: replay for at least this many seconds before timing (default: three replays "
+                                 "of every set, a burst; ~1 s reaches the clock a sustained load holds)")
+                     ->check(CLI::Range(0.0, 60.0));
   app->add_option("--json", o->json, "Write the results as JSON");
   app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");
   auto* tp = app->add_option("--tp", o->tp, "Time the layer tensor parallel over N GPUs against one GPU")
-                 ->check(CLI::PositiveNumber);
+                 ->check(CLI::PositiveNumber)->excludes(warmup);
   app->add_option("--ep", o->ep, "Time the layer expert parallel over N GPUs against one GPU")
-      ->check(CLI::PositiveNumber)->excludes(tp);
+      ->check(CLI::PositiveNumber)->excludes(tp)->excludes(warmup);
   return [o] { return run(*o); };
 }
 
