@@ -154,7 +154,7 @@ Runner add_bench(CLI::App& parent) {
   app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; CPU: 1 4)")->delimiter(',');
   app->add_flag("--quick", o->quick, "A short smoke run: T = 1, 4 on one model");
   app->add_option("--routing-sets", o->routing_sets, "Routing sets rotated so weights do not stay in L2")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(positive_integer());
   app->add_option("--iterations", o->iterations, "Timed forwards per T (default 200 GPU, 3 CPU)");
   app->add_option("--seed", o->seed, "Seed for weights, inputs and routing")->capture_default_str();
   auto* warmup = app->add_option("--warmup-s", o->warmup_s,
@@ -164,9 +164,9 @@ Runner add_bench(CLI::App& parent) {
   app->add_option("--json", o->json, "Write the results as JSON");
   app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");
   auto* tp = app->add_option("--tp", o->tp, "Time the layer tensor parallel over N GPUs against one GPU")
-                 ->check(CLI::PositiveNumber)->excludes(warmup);
+                 ->check(positive_integer())->excludes(warmup);
   app->add_option("--ep", o->ep, "Time the layer expert parallel over N GPUs against one GPU")
-      ->check(CLI::PositiveNumber)->excludes(tp)->excludes(warmup);
+      ->check(positive_integer())->excludes(tp)->excludes(warmup);
   return [o] { return run(*o); };
 }
 

@@ -13,12 +13,17 @@ int main(int argc, char** argv) {
       {"run", mxmoe::cli::add_run(app)},
       {"bench", mxmoe::cli::add_bench(app)},
   };
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; a bad command line, like every other error, exits 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   try {
     for (CLI::App* sub : app.get_subcommands()) return runners.at(sub->get_name())();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mxmoe: %s\n", e.what());
-    return 1;
+    return 2;
   }
-  return 1;
+  return 2;
 }
