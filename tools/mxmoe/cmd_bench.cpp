@@ -101,7 +101,8 @@ int run(const BenchOptions& o) {
     PlotSeries floor_line{name + " floor", colors[m % 2], true, {}, {}};
     for (int64_t T : tokens) {
       ForwardTiming timing;
-      if (Status s = backend->time_forward(T, o.routing_sets, iterations, o.seed, o.warmup_s, &timing); !s.ok()) return fail(s);
+      if (Status s = backend->time_forward(T, o.routing_sets, iterations, o.seed, o.warmup_s, &timing); !s.ok())
+        return fail(s);
       std::vector<Routing> sets;
       for (int i = 0; i < o.routing_sets; ++i)
         sets.push_back(make_random_routing(T, shape.experts, shape.topk, o.seed + uint64_t(i)));
@@ -151,11 +152,14 @@ Runner add_bench(CLI::App& parent) {
         return names;
       }()))->capture_default_str();
   app->add_option("--backend", o->backend, "auto, cpu, portable, sm90, sm100, sm120")->capture_default_str();
-  app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; CPU: 1 4)")->delimiter(',');
+  app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; CPU: 1 4)")
+      ->delimiter(',')
+      ->check(integer_at_least(1));
   app->add_flag("--quick", o->quick, "A short smoke run: T = 1, 4 on one model");
   app->add_option("--routing-sets", o->routing_sets, "Routing sets rotated so weights do not stay in L2")
-      ->capture_default_str()->check(positive_integer());
-  app->add_option("--iterations", o->iterations, "Timed forwards per T (default 200 GPU, 3 CPU)");
+      ->capture_default_str()->check(integer_at_least(1));
+  app->add_option("--iterations", o->iterations, "Timed forwards per T (default or 0: 200 GPU, 3 CPU)")
+      ->check(integer_at_least(0));
   app->add_option("--seed", o->seed, "Seed for weights, inputs and routing")->capture_default_str();
   auto* warmup = app->add_option("--warmup-s", o->warmup_s,
                                  "GPU: replay for at least this many seconds before timing (default: three replays "
@@ -164,9 +168,9 @@ Runner add_bench(CLI::App& parent) {
   app->add_option("--json", o->json, "Write the results as JSON");
   app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");
   auto* tp = app->add_option("--tp", o->tp, "Time the layer tensor parallel over N GPUs against one GPU")
-                 ->check(positive_integer())->excludes(warmup);
+                 ->check(integer_at_least(1))->excludes(warmup);
   app->add_option("--ep", o->ep, "Time the layer expert parallel over N GPUs against one GPU")
-      ->check(positive_integer())->excludes(tp)->excludes(warmup);
+      ->check(integer_at_least(1))->excludes(tp)->excludes(warmup);
   return [o] { return run(*o); };
 }
 

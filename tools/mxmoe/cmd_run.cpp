@@ -97,15 +97,15 @@ Runner add_run(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("run", "Run one MoE layer forward");
   add_weights_options(*app, o->weights);
   app->add_option("--tokens", o->tokens, "Tokens T when no --input is given")->capture_default_str()
-      ->check(positive_integer());
+      ->check(integer_at_least(1));
   app->add_option("--input", o->input, "x: float32 [T, H] .npy (C order)");
   app->add_option("--output", o->output, "y: float32 [T, H] .npy");
   app->add_option("--backend", o->backend, "auto, cpu, portable, sm90, sm100, sm120")->capture_default_str();
   app->add_flag("--check", o->check, "Compare with the fp64 CPU reference (rel L2 <= 1e-2)");
   auto* tp = app->add_option("--tp", o->tp, "Tensor parallel over N GPUs (1, 2, 4, 8); compares with one GPU")
-                 ->check(positive_integer());
+                 ->check(integer_at_least(1));
   app->add_option("--ep", o->ep, "Expert parallel over N GPUs (N divides E); compares with one GPU")
-      ->check(positive_integer())->excludes(tp);
+      ->check(integer_at_least(1))->excludes(tp);
   return [o] { return run(*o); };
 }
 

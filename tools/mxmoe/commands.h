@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -10,16 +11,17 @@ namespace mxmoe::cli {
 
 using Runner = std::function<int()>;
 
-// A positive integer option (CLI::PositiveNumber's message quotes DBL_MAX as
-// the upper bound).
-inline CLI::Validator positive_integer() {
+// An integer option of at least `lo` (CLI::PositiveNumber's message quotes
+// DBL_MAX as the upper bound).
+inline CLI::Validator integer_at_least(long long lo) {
   return CLI::Validator(
-      [](std::string& in) -> std::string {
+      [lo](std::string& in) -> std::string {
         long long v = 0;
-        if (!CLI::detail::lexical_cast(in, v) || v < 1) return "must be a positive integer, got " + in;
+        if (!CLI::detail::lexical_cast(in, v) || v < lo)
+          return "must be an integer of at least " + std::to_string(lo) + ", got " + in;
         return {};
       },
-      "POSITIVE");
+      lo == 1 ? "POSITIVE" : "INT >= " + std::to_string(lo));
 }
 
 Runner add_info(CLI::App& parent);

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <new>
 
 #include "commands.h"
 
@@ -21,6 +22,9 @@ int main(int argc, char** argv) {
   }
   try {
     for (CLI::App* sub : app.get_subcommands()) return runners.at(sub->get_name())();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "mxmoe: out of host memory (the request is too large)\n");
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mxmoe: %s\n", e.what());
     return 2;

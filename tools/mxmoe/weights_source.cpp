@@ -22,7 +22,7 @@ void add_weights_options(CLI::App& app, WeightsOptions& o) {
   app.add_option_function<int64_t>(
          "--topk", [&o](const int64_t& k) { o.shape.topk = k; o.topk_given = k; },
          "Experts per token (default 4; with --checkpoint, overrides its config)")
-      ->check(positive_integer());
+      ->check(integer_at_least(1));
   app.add_option("--checkpoint", o.checkpoint,
                  "GPT-OSS safetensors: a folder (config.json + shards) or one .safetensors file");
   app.add_option("--layer", o.layer, "Layer of --checkpoint to run")->capture_default_str();
