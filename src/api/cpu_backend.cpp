@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
 
   Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed, double /*min_warmup_s*/,
                       ForwardTiming* out) override {
+    if (tokens <= 0 || !out) return Status::InvalidArgument("cpu: timing needs positive tokens and an output");
     const MoeShape& s = w_.shape;
     std::vector<Routing> sets;
     for (int i = 0; i < std::max(routing_sets, 1); ++i)
