@@ -14,17 +14,20 @@ namespace mxmoe::cli {
 void add_weights_options(CLI::App& app, WeightsOptions& o) {
   app.add_flag("--random-weights", o.random, "Synthetic MXFP4 weights (deterministic in --seed)");
   app.add_option("--seed", o.seed, "Seed for synthetic weights and inputs")->capture_default_str();
-  app.add_option("--model", o.model, "Shape preset")->check(CLI::IsMember(model_names()));
-  app.add_option("--experts", o.shape.experts, "Experts E")->capture_default_str();
-  app.add_option("--hidden", o.shape.hidden, "Hidden size H (multiple of 32)")->capture_default_str();
-  app.add_option("--intermediate", o.shape.intermediate, "Expert intermediate size I (multiple of 32)")
-      ->capture_default_str();
+  CLI::Option* model = app.add_option("--model", o.model, "Shape preset (E, H and I)")
+                           ->check(CLI::IsMember(model_names()));
+  // A preset is the whole expert shape: an explicit size beside it would be
+  // overridden without a word.
+  model->excludes(app.add_option("--experts", o.shape.experts, "Experts E")->capture_default_str());
+  model->excludes(app.add_option("--hidden", o.shape.hidden, "Hidden size H (multiple of 32)")->capture_default_str());
+  model->excludes(app.add_option("--intermediate", o.shape.intermediate, "Expert intermediate size I (multiple of 32)")
+                      ->capture_default_str());
   app.add_option_function<int64_t>(
          "--topk", [&o](const int64_t& k) { o.shape.topk = k; o.topk_given = k; },
          "Experts per token (default 4; with --checkpoint, overrides its config)")
       ->check(integer_at_least(1));
-  app.add_option("--checkpoint", o.checkpoint,
-                 "GPT-OSS safetensors: a folder (config.json + shards) or one .safetensors file");
+  model->excludes(app.add_option("--checkpoint", o.checkpoint,
+                                 "GPT-OSS safetensors: a folder (config.json + shards) or one .safetensors file"));
   app.add_option("--layer", o.layer, "Layer of --checkpoint to run")->capture_default_str();
 }
 
@@ -65,7 +68,11 @@ Status load_checkpoint(const WeightsOptions& o, LoadedWeights* out) {
 
 Status load_weights(const WeightsOptions& o, LoadedWeights* out) {
   MoeShape shape = o.shape;
-  if (const MoeShape* preset = find_model(o.model)) shape.experts = preset->experts;
+  if (const MoeShape* preset = find_model(o.model)) {
+    shape.experts = preset->experts;
+    shape.hidden = preset->hidden;
+    shape.intermediate = preset->intermediate;
+  }
   if (o.random && !o.checkpoint.empty())
     return Status::InvalidArgument("pass either --random-weights or --checkpoint, not both");
   if (!o.checkpoint.empty()) return load_checkpoint(o, out);
