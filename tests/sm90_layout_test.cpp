@@ -125,6 +125,7 @@ TEST(Sm90Layout, DescriptorFields) {
     for (int bn : kTokenTiles)
       for (int s = 0; s < 8; ++s) {
         const uint64_t d = b_descriptor(stage, bn, s);
+        EXPECT_EQ(d, b_descriptor(stage, bn, 0) + b_descriptor_step(bn, s));  // the kernel's per-step add
         EXPECT_EQ((d & 0x3FFF) << 4, stage + uint32_t((s / 4) * bn * 128 + (s % 4) * 32));
         EXPECT_EQ((d >> 16) & 0x3FFF, 1u);          // leading byte offset (unused when swizzled)
         EXPECT_EQ(((d >> 32) & 0x3FFF) << 4, 1024u);  // stride byte offset: 8 rows x 128 bytes

@@ -132,18 +132,16 @@ MXMOE_SM90_HD inline void pack_pieces(const uint32_t (&in)[4][4], uint32_t (&out
 // The high word is the same for every stage and step, and the step only adds
 // to the start address: shared addresses are below 256 KB, so (address >> 4)
 // fits the 14-bit field and the addition never carries out of it. The kernel
-// builds a stage's low word once per chunk and adds a constant per step (one
-// integer add per wgmma instead of rebuilding the 64-bit descriptor).
+// builds a stage's step-0 descriptor once per chunk and adds b_descriptor_step
+// to the whole 64-bit value per step: one uniform 64-bit add per wgmma (with
+// the low word alone, ptxas reloaded the constant high word before each one).
 inline constexpr uint32_t kBDescriptorHi = (1024u >> 4) | (1u << 30);
 MXMOE_SM90_HD constexpr uint32_t b_descriptor_lo(uint32_t stage) { return ((stage >> 4) & 0x3FFFu) | (1u << 16); }
 MXMOE_SM90_HD constexpr uint32_t b_descriptor_step(int bn, int s) {
   return uint32_t(((s >> 2) * bn * 128 + (s & 3) * 32) >> 4);
 }
-MXMOE_SM90_HD constexpr uint64_t b_descriptor_at(uint32_t stage_lo, int bn, int s) {
-  return (uint64_t(kBDescriptorHi) << 32) | (stage_lo + b_descriptor_step(bn, s));
-}
 MXMOE_SM90_HD constexpr uint64_t b_descriptor(uint32_t stage, int bn, int s) {
-  return b_descriptor_at(b_descriptor_lo(stage), bn, s);
+  return (uint64_t(kBDescriptorHi) << 32) | (b_descriptor_lo(stage) + b_descriptor_step(bn, s));
 }
 
 // ---- Accumulators (wgmma m64nNk16, f32) -------------------------------------------

@@ -25,8 +25,10 @@
 //     then wait until at most this chunk's group is in flight and release the
 //     previous chunk's stage ("empty"). With one block per SM the A registers
 //     alternate between two sets so that the dequantisation of chunk c+1 may
-//     overlap the tensor cores on chunk c; with two, one set, and the other
-//     block's warps fill the schedulers.
+//     overlap the tensor cores on chunk c; with two, one set (the warp loads
+//     chunk c+1's codes while chunk c's group runs, which needs two stages:
+//     the launcher's minimum), and the other block's warps fill the
+//     schedulers.
 // Barriers: full[s] (1 arrival + transaction bytes), empty[s] (every
 // consumer thread), item_full[2] / item_empty[2] likewise. Results are deterministic:
 // no atomics, every sum in a fixed order.
@@ -180,20 +182,21 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
     // the swizzle XORs with n % 8 = 2t + c: eight rows on is 1024 bytes on.
     uint8_t* const out[2] = {p.act_out + packed_offset(BN, act_k, tt, 2 * t, j),
                              p.act_out + packed_offset(BN, act_k, tt, 2 * t + 1, j)};
+    // Branch-free: every column is computed and padding columns (pair -1)
+    // select 0, so the compiler can interleave a thread's outputs; per-output
+    // branches made each one a serial chain while the tensor core idled.
+    const float limit = p.limit, neg_alpha_log2e = -p.alpha * 1.4426950408889634f;
 #pragma unroll
     for (int i = 0; i < BN / 2; i += 4)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        float a = 0.f;
-        if (col_pair[acc_n(t, i + c)] >= 0) {
-          // GPT-OSS SwiGLU, written so that a NaN input stays NaN (as the
-          // reference's std::min / std::clamp), which fminf would drop. The
-          // fast exponential and division: the result is rounded to bf16.
-          const float hg = acc[i + c] + b_lo, hu = acc[i + 2 + c] + b_hi;
-          const float gg = p.limit < hg ? p.limit : hg;
-          const float uu = hu < -p.limit ? -p.limit : (p.limit < hu ? p.limit : hu);
-          a = __fdividef(gg, 1.f + __expf(-p.alpha * gg)) * (uu + 1.f);
-        }
+        // GPT-OSS SwiGLU; a NaN input stays NaN, as in the reference. The
+        // fast exponential and division: the result is rounded to bf16.
+        const float hg = acc[i + c] + b_lo, hu = acc[i + 2 + c] + b_hi;
+        const float gg = ptx::min_nan(hg, limit);
+        const float uu = ptx::max_nan(ptx::min_nan(hu, limit), -limit);
+        const float glu = __fdividef(gg, 1.f + ptx::ex2_ftz(gg * neg_alpha_log2e)) * (uu + 1.f);
+        const float a = col_pair[acc_n(t, i + c)] >= 0 ? glu : 0.f;
         *reinterpret_cast<uint16_t*>(out[c] + (i / 4) * 1024) = __bfloat16_as_ushort(__float2bfloat16_rn(a));
       }
   } else {
@@ -220,8 +223,9 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
 // Consumer warpgroup q (0 or 1): rows [64q, 64q + 64) of each item's tile.
 // With one block per SM, two sets of A registers: chunk c + 1 is dequantised
 // while chunk c's group may still run. With two blocks per SM (104 registers)
-// one set: the thread waits for its chunk's group before the next, and the
-// other block's warps fill the scheduler meanwhile.
+// one set: the thread waits for its chunk's group before the next (loading
+// the next chunk's codes and scales meanwhile), and the other block's warps
+// fill the scheduler.
 template <int BN, bool kSwiglu, bool kTwoStep>
 __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, const Items& it, int q, int w,
                                         int lane) {
@@ -246,40 +250,47 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     int prev = -1;  // stage of the previous chunk, released once its wgmmas completed
-    auto step = [&](int c, uint32_t(&a)[8][4]) {
+    // The code words and scale bytes of chunk c, loaded once its stage is full.
+    uint4 lo, hi;
+    uint32_t s_lo, s_hi;
+    auto load = [&](int c) {
       ptx::mbar_wait(sm.full(s), phase);
       const uint8_t* codes = sm.ptr + sm.l.codes + s * kCodeStageBytes + group * kGroupChunkBytes + lane * 16;
-      const uint4 lo = *reinterpret_cast<const uint4*>(codes);
-      const uint4 hi = *reinterpret_cast<const uint4*>(codes + kGroupChunkBytes / 2);
-      dequantise_chunk<kTwoStep>(lo, hi, scales_lo[4 * c], scales_lo[scale_row + 4 * c], a);
-      const uint32_t stage_lo = b_descriptor_lo(sm.base + sm.l.act + s * kActBytes);
+      lo = *reinterpret_cast<const uint4*>(codes);
+      hi = *reinterpret_cast<const uint4*>(codes + kGroupChunkBytes / 2);
+      s_lo = scales_lo[4 * c];
+      s_hi = scales_lo[scale_row + 4 * c];
+    };
+    auto issue = [&](uint32_t(&a)[8][4]) {
+      const uint64_t desc0 = b_descriptor(sm.base + sm.l.act + s * kActBytes, BN, 0);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
       for (int k = 0; k < 8; ++k)
-        ptx::Wgmma<BN>::mma(acc, a[k][0], a[k][1], a[k][2], a[k][3], b_descriptor_at(stage_lo, BN, k));
+        ptx::Wgmma<BN>::mma(acc, a[k][0], a[k][1], a[k][2], a[k][3], desc0 + b_descriptor_step(BN, k));
       ptx::wgmma_commit();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-      // Every consumer thread arrives: an arrival releases only its own
-      // thread's reads of the stage to the producer's next bulk copy.
-      if constexpr (kTwoSets) {
-        ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
-        if (prev >= 0) ptx::mbar_arrive(sm.empty(prev));
-        prev = s;
-      } else {
-        ptx::wgmma_wait<0>();  // this chunk's group is done: its A registers and stage are free
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-        ptx::mbar_arrive(sm.empty(s));
-      }
+    };
+    auto advance = [&]() {
       if (++s == sm.stages) {
         s = 0;
         phase ^= 1;
       }
     };
     if constexpr (kTwoSets) {
+      // Every consumer thread arrives: an arrival releases only its own
+      // thread's reads of the stage to the producer's next bulk copy.
+      auto step = [&](int c, uint32_t(&a)[8][4]) {
+        load(c);
+        dequantise_chunk<kTwoStep>(lo, hi, s_lo, s_hi, a);
+        issue(a);
+        ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
+        if (prev >= 0) ptx::mbar_arrive(sm.empty(prev));
+        prev = s;
+        advance();
+      };
       int c = 0;
       for (; c + 1 < it.chunks; c += 2) {
         step(c, a0);
@@ -291,7 +302,21 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
       ptx::mbar_arrive(sm.empty(prev));
     } else {
-      for (int c = 0; c < it.chunks; ++c) step(c, a0);
+      // One A set: the warp waits for its chunk's group before the next
+      // dequantisation, and loads the next chunk's codes and scales while
+      // that group runs.
+      load(0);
+      for (int c = 0; c < it.chunks; ++c) {
+        dequantise_chunk<kTwoStep>(lo, hi, s_lo, s_hi, a0);
+        issue(a0);
+        const int done = s;
+        advance();
+        if (c + 1 < it.chunks) load(c + 1);
+        ptx::wgmma_wait<0>();  // this chunk's group is done: its A registers and stage are free
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+        ptx::mbar_arrive(sm.empty(done));
+      }
     }
     finish_item<BN, kSwiglu>(p, acc, sm.item(b), sm.l, tt, rt, q, w, g, t);
     ptx::mbar_arrive(sm.item_empty(b));

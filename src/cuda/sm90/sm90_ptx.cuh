@@ -1,6 +1,7 @@
 // PTX wrappers of the sm90 kernels: mbarriers, 1D bulk copies, wgmma with A
-// from registers, setmaxnreg. wgmma and setmaxnreg exist only in sm_90a code;
-// these files are compiled for that target alone (src/CMakeLists.txt).
+// from registers, setmaxnreg, NaN-keeping min / max, the SFU's 2^x. wgmma and
+// setmaxnreg exist only in sm_90a code; these files are compiled for that
+// target alone (src/CMakeLists.txt).
 #pragma once
 
 #include <cstdint>
@@ -69,6 +70,27 @@ template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
   static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg takes multiples of 8 in [24, 256]");
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+// ---- math -------------------------------------------------------------------------
+// min / max that return NaN when either input is NaN (one FMNMX each), as
+// std::min / std::clamp keep a NaN first argument; fminf / fmaxf drop it.
+__device__ __forceinline__ float min_nan(float a, float b) {
+  float y;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+// 2^x on the SFU, results below 2^-126 flushed to 0: one MUFU.EX2, without the
+// two scaling multiplies and the test the non-flushing form adds around it.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ---- wgmma -----------------------------------------------------------------------
