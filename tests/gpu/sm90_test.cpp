@@ -217,7 +217,7 @@ TEST_F(Sm90Gpu, CreateBackendAndTiming) {
   const Status st = create_backend(BackendKind::kSm90, w.view(), &be);
   ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(be->kind(), BackendKind::kSm90);
-  for (int64_t T : {int64_t(16), int64_t(1024)}) {  // decode path, then wgmma (256 rows per expert)
+  for (int64_t T : {int64_t(8), int64_t(1024)}) {  // decode path (16 pairs), then wgmma (256 rows per expert)
     ForwardTiming t;
     const Status ts = be->time_forward(T, 2, 5, 1, 0.0, &t);
     ASSERT_TRUE(ts.ok()) << ts.message();

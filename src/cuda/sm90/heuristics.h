@@ -18,29 +18,19 @@ namespace mxmoe::sm90 {
 // tokens instead of 8 left gpt-oss-120b T = 256 at 741 vs 737 us (H200).
 inline constexpr int kMaxStages = 8;
 // The portable decode kernels (8-token tiles, split K) beat the wgmma GEMMs
-// up to 64 (token, slot) pairs, and only while those pairs touch few experts
-// (expected_experts_touched): with two blocks per SM (s24) the wgmma GEMMs
-// overtook them at 64 pairs on 128 experts but not on 32. Measured on the
-// H200 (2026-11-29), decode / wgmma with 16-token tiles in us, (pairs,
-// experts touched): gpt-oss-20b T = 8 (32, 20.4) 107.8 / 110.3, T = 12 (48,
-// 25.0) 125.5 / 129.5, T = 16 (64, 27.8) 136.8 / 138.4, T = 24 (96, 30.5)
-// 149.7 / 147.9; gpt-oss-120b T = 8 (32, 28.4) 140.5 / 144.7, T = 16 (64,
-// 50.5) 236.3 / 222.5, T = 24 (96) 316.6 / 284.1, T = 32 (128) 381.5 / 343.1.
-// The experts bound lies midway between 28.4 and 30.5.
-inline constexpr int64_t kDecodeMaxPairs = 64;
-inline constexpr double kDecodeMaxExpertsTouched = 29.5;
-
-// Expected number of distinct experts that `pairs` uniformly routed (token,
-// slot) pairs touch: E (1 - (1 - 1/E)^pairs).
-inline double expected_experts_touched(int64_t pairs, int64_t experts) {
-  return double(experts) * (1.0 - std::pow(1.0 - 1.0 / double(experts), double(pairs)));
-}
+// up to 16 (token, slot) pairs; from 32 pairs the wgmma GEMMs win whatever
+// number of experts the pairs touch (before s29 they lost at 32 and 64 pairs
+// on 32 experts, and the bound also counted the experts touched). Measured on
+// the H200 (s29, 2026-11-30), decode / wgmma with 16-token tiles in us, two
+// runs each: gpt-oss-120b T = 4 (16 pairs) 79.3, 79.5 / 86.0, 86.0; T = 8 (32)
+// 140.7, 141.2 / 139.4, 139.2; T = 16 (64) 236.3, 236.8 / 217.0, 217.1;
+// gpt-oss-20b T = 8 (32) 108.0, 108.0 / 107.0, 107.3; T = 12 (48) 125.7,
+// 125.5 / 125.5, 125.4; T = 16 (64) 137.4, 136.9 / 133.0, 133.3. The bound
+// lies midway between 16 and 32.
+inline constexpr int64_t kDecodeMaxPairs = 24;
 
 // Whether the portable decode kernels take `tokens` tokens.
-inline bool decode_path(int64_t tokens, int64_t topk, int64_t experts) {
-  const int64_t pairs = tokens * topk;
-  return pairs <= kDecodeMaxPairs && expected_experts_touched(pairs, experts) <= kDecodeMaxExpertsTouched;
-}
+inline bool decode_path(int64_t tokens, int64_t topk) { return tokens * topk <= kDecodeMaxPairs; }
 
 enum class Path { kPortableDecode, kWgmma };
 
@@ -125,7 +115,7 @@ inline int pipeline_stages(int token_tile, int64_t k_padded) {
 inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
                             int64_t intermediate_padded, const Overrides& o = {}) {
   Config c;
-  const bool decode = decode_path(tokens, topk, experts);
+  const bool decode = decode_path(tokens, topk);
   c.per_pair = portable::per_pair_decode(tokens, topk, experts, portable::token_tile(tokens, topk, experts));
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
