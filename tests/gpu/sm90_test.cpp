@@ -7,11 +7,13 @@
 // token, experts with none. Skips, saying why, without an SM90 GPU or without
 // sm_90a code in the build. MXMOE_TEST_QUICK=1 keeps a reduced sweep (for
 // racecheck/synccheck runs).
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -207,6 +209,38 @@ TEST_F(Sm90Gpu, BitwiseReproducible) {
     ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y1.data()).ok());
     ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y2.data()).ok());
     EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << "tile " << o.token_tile;
+  }
+}
+
+TEST_F(Sm90Gpu, NaNActivationStaysInItsToken) {
+  // A NaN in one token's activations makes that token's whole output NaN, as
+  // in the reference (SwiGLU's clamps keep a NaN), and leaves every other
+  // token's output bit for bit as without it: wgmma tiles of each width the
+  // token lands in, and the decode kernels.
+  const MoeShape s{8, 160, 160, 2};
+  const MoeWeights w = make_random_weights(s, 902);
+  const int64_t T = 40, bad = 5;
+  const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 903));
+  std::vector<float> x_nan = x;
+  x_nan[size_t(bad * s.hidden + 17)] = std::numeric_limits<float>::quiet_NaN();
+  const Routing r = make_random_routing(T, s.experts, s.topk, 904);
+  const RoutingView v = r.view();
+  for (const sm90::Overrides& o : {kWgmma16, kWgmma64, kWgmma128, sm90::Overrides{1, 0}}) {
+    SCOPED_TRACE("path " + std::to_string(o.path) + " tile " + std::to_string(o.token_tile));
+    const std::unique_ptr<Backend> be = make_backend(w, o);
+    ASSERT_TRUE(be);
+    std::vector<float> y(x.size()), y_nan(x.size());
+    ASSERT_TRUE(be->forward_host(x.data(), T, &v, y.data()).ok());
+    ASSERT_TRUE(be->forward_host(x_nan.data(), T, &v, y_nan.data()).ok());
+    EXPECT_GT(testing::l2_norm(y), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = y_nan.data() + t * s.hidden;
+      if (t == bad) {
+        for (int64_t h = 0; h < s.hidden; ++h) ASSERT_TRUE(std::isnan(row[h])) << "h " << h;
+      } else {
+        EXPECT_EQ(0, std::memcmp(row, y.data() + t * s.hidden, size_t(s.hidden) * sizeof(float))) << "token " << t;
+      }
+    }
   }
 }
 
