@@ -5,7 +5,6 @@
 // `mxmoe info` prints the configuration per token count.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <string>
 
