@@ -1,10 +1,11 @@
-// The sm90 forward: the shared router / grouping / combine kernels around the
-// pack kernel and the two wgmma GEMMs, or the portable forward on the decode
-// path.
+// The sm90 forward: the shared router and grouping kernels, the pack kernel,
+// the two wgmma GEMMs and the combine of their bf16 pair rows, or the portable
+// forward on the decode path.
 #include "cuda/sm90/sm90_launcher.h"
 
 #include <algorithm>
 
+#include <cuda_bf16.h>
 #include <fmt/format.h>
 
 #include "cuda/common/pdl.cuh"
@@ -16,56 +17,86 @@ namespace mxmoe::sm90 {
 namespace {
 
 constexpr const char* kWho = "sm90";
-constexpr int kPackThreads = 256;
+constexpr int kPackThreads = 256;  // 8 warps, one tile row each at a time
+constexpr int kCombineThreads = 128;
 
-// Step 3. One thread per (tile row r, 128-K chunk c, 32-wide operand block w):
-// it reads the row's physical 8-element pieces (t, w), t = 0..3 (four
-// 16-byte loads of x) and writes the operand pieces 4w .. 4w + 3 of the row's
-// stage image (four 16-byte stores; pack_pieces). Rows of padding (sorted
-// pair -1) and columns at or past H (H is a multiple of 32, so a piece is
-// either in or out) are zeros. The thread of (r, 0, 0) also writes the row's
-// routing weight (0 for padding) for GEMM2's epilogue.
+// Step 3. A warp per tile row r (grid-stride), its lanes over the row's
+// (128-K chunk c, 32-wide operand block w) units: a unit reads the row's
+// physical 8-element pieces (t, w), t = 0..3 (four 16-byte loads of x) and
+// writes the operand pieces 4w .. 4w + 3 of the row's stage image (four
+// 16-byte stores; pack_pieces). Padding rows (sorted pair -1) and columns at
+// or past H (H is a multiple of 32, so a piece is either in or out) are
+// zeros. 32-bit index math: one division per row, none per unit (the 64-bit
+// divisions of a thread-per-unit form made the kernel issue-bound).
 __global__ void __launch_bounds__(kPackThreads)
 sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int32_t* __restrict__ sorted_pair,
-                      const float* __restrict__ route_w, const int32_t* __restrict__ num_tiles, int bn,
-                      int k_padded, uint8_t* __restrict__ out, float* __restrict__ row_weight) {
+                      const int32_t* __restrict__ num_tiles, int bn, int k_padded, uint8_t* __restrict__ out) {
   smxx::wait_for_previous_kernels();  // the schedule comes from the grouping kernel
   smxx::allow_next_kernel();
-  const int chunks = k_padded / kChunk;
-  const int64_t units = int64_t(*num_tiles) * bn * chunks * 4;
-  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += int64_t(gridDim.x) * blockDim.x) {
-    const int w = int(u & 3);
-    const int64_t rc = u >> 2;
-    const int c = int(rc % chunks);
-    const int64_t r = rc / chunks;
+  const int rows = *num_tiles * bn, chunks = k_padded / kChunk, units = chunks * 4, lane = threadIdx.x % 32;
+  const int warps = gridDim.x * (kPackThreads / 32);
+  for (int r = blockIdx.x * (kPackThreads / 32) + threadIdx.x / 32; r < rows; r += warps) {
     const int pair = sorted_pair[r];
-    if (rc % chunks == 0 && w == 0) row_weight[r] = pair >= 0 ? route_w[pair] : 0.f;
-    uint32_t in[4][4];
+    const uint16_t* src = x + int64_t(pair >= 0 ? pair / topk : 0) * H;
+    const int tile = r / bn, n = r - tile * bn;
+    uint8_t* const dst = out + int64_t(tile) * chunks * stage_bytes(bn);
+    for (int u = lane; u < units; u += 32) {
+      const int c = u >> 2, w = u & 3;
+      uint32_t in[4][4];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const int e = c * kChunk + 32 * t + 8 * w;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (pair >= 0 && e < H) v = __ldg(reinterpret_cast<const uint4*>(x + int64_t(pair / topk) * H + e));
-      in[t][0] = v.x;
-      in[t][1] = v.y;
-      in[t][2] = v.z;
-      in[t][3] = v.w;
+      for (int t = 0; t < 4; ++t) {
+        const int e = c * kChunk + 32 * t + 8 * w;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (pair >= 0 && e < H) v = __ldg(reinterpret_cast<const uint4*>(src + e));
+        in[t][0] = v.x;
+        in[t][1] = v.y;
+        in[t][2] = v.z;
+        in[t][3] = v.w;
+      }
+      uint32_t pieces[4][4];
+      pack_pieces(in, pieces);
+      uint8_t* const stage = dst + c * stage_bytes(bn);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        *reinterpret_cast<uint4*>(stage + stage_offset(bn, n, 8 * (4 * w + j))) =
+            make_uint4(pieces[j][0], pieces[j][1], pieces[j][2], pieces[j][3]);
     }
-    uint32_t pieces[4][4];
-    pack_pieces(in, pieces);
-    uint8_t* stage = out + ((r / bn) * chunks + c) * int64_t(stage_bytes(bn));
-    const int n = int(r % bn);
+  }
+}
+
+// Step 6. Block per token: y[t] = sum over slots j in order of
+// route_w[t, j] * ypair[t * k + j] (GEMM2's bf16 rows, one per pair), in fp32;
+// a thread takes 8 columns (one 16-byte load per slot). No atomics: the sum's
+// order is fixed.
+__global__ void __launch_bounds__(kCombineThreads)
+sm90_combine(const uint16_t* __restrict__ ypair, const float* __restrict__ route_w, int k, int H,
+             float* __restrict__ y) {
+  smxx::wait_for_previous_kernels();  // GEMM2's rows
+  smxx::allow_next_kernel();
+  const int64_t tok = blockIdx.x;
+  for (int c = threadIdx.x; c < H / 8; c += kCombineThreads) {
+    float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int j = 0; j < k; ++j) {
+      const float wj = route_w[tok * k + j];
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(ypair + (tok * k + j) * H) + c);
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      *reinterpret_cast<uint4*>(stage + stage_offset(bn, n, 8 * (4 * w + j))) =
-          make_uint4(pieces[j][0], pieces[j][1], pieces[j][2], pieces[j][3]);
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+        s[2 * i] = fmaf(wj, f.x, s[2 * i]);
+        s[2 * i + 1] = fmaf(wj, f.y, s[2 * i + 1]);
+      }
+    }
+    float4* const dst = reinterpret_cast<float4*>(y + tok * H) + 2 * c;
+    dst[0] = make_float4(s[0], s[1], s[2], s[3]);
+    dst[1] = make_float4(s[4], s[5], s[6], s[7]);
   }
 }
 
 // Workspace carve-up (every piece 256-byte aligned): the schedule, then the
-// rows' routing weights, the packed x, GEMM1's packed output, GEMM2's rows.
+// packed x, GEMM1's packed output, GEMM2's bf16 rows (one per pair).
 struct Layout : smxx::ScheduleOffsets {
-  size_t row_weight = 0, x_packed = 0, act = 0, ypair = 0, total = 0;
+  size_t x_packed = 0, act = 0, ypair = 0, total = 0;
 };
 
 Layout make_layout(const DeviceWeights& dw, int64_t T, int tile) {
@@ -74,10 +105,9 @@ Layout make_layout(const DeviceWeights& dw, int64_t T, int tile) {
   const int64_t E = w.shape.experts, k = w.shape.topk, H = w.shape.hidden;
   smxx::WorkspaceCursor ws;
   static_cast<smxx::ScheduleOffsets&>(l) = smxx::take_schedule(ws, T, k, E, tile);
-  l.row_weight = ws.take(size_t(l.rows) * 4);
   l.x_packed = ws.take(size_t(l.rows * w.hidden_padded) * 2);
   l.act = ws.take(size_t(l.rows * w.intermediate_padded) * 2);
-  l.ypair = ws.take(size_t(l.rows * H) * 4);
+  l.ypair = ws.take(size_t(T * k * H) * 2);
   l.total = ws.off;
   return l;
 }
@@ -180,19 +210,18 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
                                                      stream, kWho));
 
   uint8_t* x_packed = static_cast<uint8_t*>(at(l.x_packed));
-  float* row_weight = static_cast<float*>(at(l.row_weight));
   {
-    const int64_t units = l.rows * (Hp / kChunk) * 4;
-    const int blocks = int(std::min<int64_t>((units + kPackThreads - 1) / kPackThreads, int64_t(sms) * 16));
+    constexpr int kRowsPerBlock = kPackThreads / 32;
+    const int blocks = int(std::min<int64_t>((l.rows + kRowsPerBlock - 1) / kRowsPerBlock, int64_t(sms) * 16));
     MXMOE_RETURN_IF_ERROR(cuda_status(
         smxx::launch_kernel(sm90_pack_activations, dim3(unsigned(blocks)), dim3(kPackThreads), 0, stream, overlap,
-                            a.x, int(H), int(k), static_cast<const int32_t*>(sorted_pair), rweights,
-                            static_cast<const int32_t*>(num_tiles), tile, int(Hp), x_packed, row_weight),
+                            a.x, int(H), int(k), static_cast<const int32_t*>(sorted_pair),
+                            static_cast<const int32_t*>(num_tiles), tile, int(Hp), x_packed),
         "pack launch"));
   }
 
   uint8_t* act = static_cast<uint8_t*>(at(l.act));
-  float* ypair = static_cast<float*>(at(l.ypair));
+  uint16_t* ypair = static_cast<uint16_t*>(at(l.ypair));
   GemmParams g1{};
   g1.codes = w.w13_codes;
   g1.scales = w.w13_scales;
@@ -202,7 +231,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g1.large_scales = dw.w13_large_scales;
   g1.stages = cfg.stages_gemm1;
   g1.act_in = x_packed;
-  g1.row_meta = sorted_pair;
+  g1.col_pair = sorted_pair;
   g1.tile_expert = tile_expert;
   g1.num_tiles = num_tiles;
   g1.act_out = act;
@@ -225,12 +254,13 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g2.act_out = nullptr;
   g2.y_out = ypair;
   g2.n_valid = int(H);
-  g2.row_meta = row_weight;
   const int grid2 = int(std::min<int64_t>(blocks, l.max_tiles * (Hp / kTileRows)));
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_sm90_mxfp4_gemm(g2, tile, false, grid2, overlap, stream), "GEMM2 launch"));
 
-  return smxx::launch_combine(ypair, pair_row, T, k, H, a.y, overlap, stream, kWho);
+  return cuda_status(smxx::launch_kernel(sm90_combine, dim3(unsigned(T)), dim3(kCombineThreads), 0, stream, overlap,
+                                         static_cast<const uint16_t*>(ypair), rweights, int(k), int(H), a.y),
+                     "combine launch");
 }
 
 }  // namespace mxmoe::sm90

@@ -8,9 +8,10 @@
 //   3. pack: gather each tile row's x into the byte image of the GEMMs'
 //      shared-memory stages (sm90_layout.h), zeros for padding rows and K >= H
 //   4. GEMM1 (wgmma, w13, bias, SwiGLU) -> packed activations
-//   5. GEMM2 (wgmma, w2, bias, times the routing weight) -> one row per pair
-//   6. combine: each token sums its k rows in slot order (no atomics)
-// Steps 1, 2 and 6 are the portable backend's kernels (src/cuda/common). On
+//   5. GEMM2 (wgmma, w2, bias) -> one bf16 row per (token, slot) pair
+//   6. combine: each token sums its k rows times their routing weights in
+//      slot order (no atomics)
+// Steps 1 and 2 are the portable backend's kernels (src/cuda/common). On
 // the decode path (heuristics.h) the whole forward is the portable one, on
 // the same weights.
 #pragma once

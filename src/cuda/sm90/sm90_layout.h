@@ -162,8 +162,8 @@ MXMOE_SM90_HD constexpr int tile_row(int q, int w, int m) { return kGroupRows * 
 // next item's), then the mbarriers: full[stages], empty[stages],
 // item_full[2], item_empty[2]. An item buffer holds what the item reads once:
 // its 128 rows' scales (128 x k/32 bytes, at 0), the epilogue's 4 bytes per
-// token column (at item_cols: GEMM1 the sorted pair, -1 for padding; GEMM2
-// the routing weight, 0 for padding) and the rows' bf16 bias (at item_bias),
+// token column (at item_cols: its sorted pair, -1 for padding) and the rows'
+// bf16 bias (at item_bias),
 // so that the epilogue reads no global memory. `bytes` is the dynamic shared
 // memory to request, 1024 bytes of alignment slack included.
 struct SmemLayout {

@@ -135,8 +135,7 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
       const uint32_t buf = sm.base + sm.l.items + b * sm.l.item_stride;
       ptx::mbar_arrive_expect_tx(sm.item_full(b), scale_bytes + 4 * BN + 2 * kTileRows);
       ptx::bulk_load(buf, p.scales + row0 * scale_row, scale_bytes, sm.item_full(b));
-      ptx::bulk_load(buf + sm.l.item_cols, static_cast<const uint8_t*>(p.row_meta) + int64_t(tt) * BN * 4, 4 * BN,
-                     sm.item_full(b));
+      ptx::bulk_load(buf + sm.l.item_cols, p.col_pair + int64_t(tt) * BN, 4 * BN, sm.item_full(b));
       ptx::bulk_load(buf + sm.l.item_bias, p.bias + row0, 2 * kTileRows, sm.item_full(b));
     }
     const uint8_t* codes = p.codes + row0 * code_row;
@@ -171,11 +170,11 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
   const int row = rt * kTileRows + local;
   const uint16_t* bias = reinterpret_cast<const uint16_t*>(item + l.item_bias);
   const float b_lo = bf16_to_f32(bias[local]), b_hi = bf16_to_f32(bias[local + 1]);
-  // Accumulator column n = 8 jj + 2t + c (acc_n): the thread's outputs of one
-  // c are 8 rows apart for consecutive jj, so their addresses are one base
-  // per c plus a constant step (below), not a full offset per output.
+  const int32_t* col_pair = reinterpret_cast<const int32_t*>(item + l.item_cols);  // -1: padding
   if constexpr (kSwiglu) {
-    const int32_t* col_pair = reinterpret_cast<const int32_t*>(item + l.item_cols);
+    // Accumulator column n = 8 jj + 2t + c (acc_n): the thread's outputs of one
+    // c are 8 rows apart for consecutive jj, so their addresses are one base
+    // per c plus a constant step (below), not a full offset per output.
     const int64_t act_k = p.n_rows / 2;  // GEMM2's padded K
     const int j = row / 2;               // intermediate column of (gate_j, up_j)
     // In the stage image row n starts n * 128 bytes into each 64-wide half and
@@ -201,21 +200,17 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
       }
   } else {
     if (row >= p.n_valid) return;  // padded hidden rows (n_valid is a multiple of 32, row is even)
-    // Padding columns have weight 0 (and zero activations): their rows of
-    // y_out are written as zeros, which nothing reads.
-    const float* col_weight = reinterpret_cast<const float*>(item + l.item_cols);
-    float* const out[2] = {p.y_out + (int64_t(tt) * BN + 2 * t) * p.n_valid + row,
-                           p.y_out + (int64_t(tt) * BN + 2 * t + 1) * p.n_valid + row};
-    const int64_t step = int64_t(8) * p.n_valid;  // eight token rows
+    // One bf16 row of n_valid per (token, slot) pair, at its pair index, so
+    // padding columns store nothing and the combine kernel reads each token's
+    // k rows contiguously. The routing weight is applied there.
+    uint16_t* const out = p.y_out + row;
 #pragma unroll
     for (int i = 0; i < BN / 2; i += 4)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const float rw = col_weight[acc_n(t, i + c)];
-        float2 o;
-        o.x = rw * (acc[i + c] + b_lo);
-        o.y = rw * (acc[i + 2 + c] + b_hi);
-        *reinterpret_cast<float2*>(out[c] + (i / 4) * step) = o;
+        const int pair = col_pair[acc_n(t, i + c)];
+        const __nv_bfloat162 o = __floats2bfloat162_rn(acc[i + c] + b_lo, acc[i + 2 + c] + b_hi);
+        if (pair >= 0) *reinterpret_cast<__nv_bfloat162*>(out + int64_t(pair) * p.n_valid) = o;
       }
   }
 }

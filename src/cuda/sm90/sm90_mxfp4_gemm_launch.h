@@ -24,15 +24,17 @@ struct GemmParams {
   // Schedule of the grouping kernel (token tiles of the kernel's token tile).
   const int32_t* tile_expert;
   const int32_t* num_tiles;
-  // Per sorted row, copied with each item (16-byte aligned): GEMM1 the pair
-  // index t*k + slot (-1 = padding), GEMM2 the routing weight (0 = padding).
-  const void* row_meta;
+  // Per sorted row, copied with each item (16-byte aligned): the pair index
+  // t*k + slot (-1 = padding) of the grouping kernel.
+  const int32_t* col_pair;
   // GEMM1 epilogue: SwiGLU of the interleaved (gate, up) rows into packed
   // activations with K = n_rows / 2 (GEMM2's input); padding rows get 0.
   uint8_t* act_out;
   float alpha, limit;
-  // GEMM2 epilogue: weight * (acc + bias) -> y_out fp32 [rows, n_valid].
-  float* y_out;
+  // GEMM2 epilogue: acc + bias -> y_out bf16 [T * k, n_valid], the row of
+  // each column's pair (padding columns are not stored); the combine kernel
+  // applies the routing weights.
+  uint16_t* y_out;
   int n_valid;
 };
 
