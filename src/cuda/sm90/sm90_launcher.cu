@@ -17,49 +17,49 @@ namespace mxmoe::sm90 {
 namespace {
 
 constexpr const char* kWho = "sm90";
-constexpr int kPackThreads = 256;  // 8 warps, one tile row each at a time
+constexpr int kPackThreads = 256;  // 8 warps, one task each at a time
 constexpr int kCombineThreads = 128;
 
-// Step 3. A warp per tile row r (grid-stride), its lanes over the row's
-// (128-K chunk c, 32-wide operand block w) units: a unit reads the row's
-// physical 8-element pieces (t, w), t = 0..3 (four 16-byte loads of x) and
-// writes the operand pieces 4w .. 4w + 3 of the row's stage image (four
-// 16-byte stores; pack_pieces). Padding rows (sorted pair -1) and columns at
-// or past H (H is a multiple of 32, so a piece is either in or out) are
-// zeros. 32-bit index math: one division per row, none per unit (the 64-bit
-// divisions of a thread-per-unit form made the kernel issue-bound).
+// Step 3, by warp tasks (grid-stride): task (m, c) writes chunk c of tile rows
+// [8m, 8m + 8), which is one 1024-byte swizzle atom per 64-wide half
+// (sm90_layout.h; token tiles are multiples of 8 rows, so the 8 rows share a
+// tile and are rows n0 .. n0 + 7, n0 % 8 = 0). Store s of lane L is the
+// 16-byte slot 32s + L of those 2 KB (half s / 2, row n0 + 4 (s % 2) + L / 8,
+// position L % 8), so each store instruction writes four whole 128-byte lines.
+// The slot at position i of row n holds operand piece q = i ^ (n % 8) of the
+// half, p = 8h + q = 4w + j, whose word t is the x word of physical elements
+// 32t + 8w + 2j, +1 (pack_pieces): four 4-byte loads, which the 8 rows' 2 KB
+// of x serve from L1. Padding rows (sorted pair -1) and columns at or past H
+// (a multiple of 32) are zeros. (Lanes that each stored their own four pieces
+// of a row wrote every 32-byte sector in two 16-byte halves from different
+// instructions, and the kernel ran at a third of the DRAM bandwidth.)
 __global__ void __launch_bounds__(kPackThreads)
 sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int32_t* __restrict__ sorted_pair,
                       const int32_t* __restrict__ num_tiles, int bn, int k_padded, uint8_t* __restrict__ out) {
   smxx::wait_for_previous_kernels();  // the schedule comes from the grouping kernel
   smxx::allow_next_kernel();
-  const int rows = *num_tiles * bn, chunks = k_padded / kChunk, units = chunks * 4, lane = threadIdx.x % 32;
-  const int warps = gridDim.x * (kPackThreads / 32);
-  for (int r = blockIdx.x * (kPackThreads / 32) + threadIdx.x / 32; r < rows; r += warps) {
-    const int pair = sorted_pair[r];
-    const uint16_t* src = x + int64_t(pair >= 0 ? pair / topk : 0) * H;
-    const int tile = r / bn, n = r - tile * bn;
-    uint8_t* const dst = out + int64_t(tile) * chunks * stage_bytes(bn);
-    for (int u = lane; u < units; u += 32) {
-      const int c = u >> 2, w = u & 3;
-      uint32_t in[4][4];
+  const int chunks = k_padded / kChunk, lane = threadIdx.x % 32, i = lane % 8;
+  const int tasks = *num_tiles * (bn / 8) * chunks, warps = gridDim.x * (kPackThreads / 32);
+  for (int task = blockIdx.x * (kPackThreads / 32) + threadIdx.x / 32; task < tasks; task += warps) {
+    const int m = task / chunks, c = task - m * chunks, tile = 8 * m / bn, n0 = 8 * m - tile * bn;
+    uint8_t* const atom = out + (int64_t(tile) * chunks + c) * stage_bytes(bn) + n0 * 128 + 16 * lane;
+    // The lane's two rows: nn = L / 8 (stores 0, 2) and 4 + L / 8 (stores 1, 3).
+    const uint32_t* src[2];
+    for (int r = 0; r < 2; ++r) {
+      const int pair = sorted_pair[8 * m + 4 * r + lane / 8];
+      src[r] = pair >= 0 ? reinterpret_cast<const uint32_t*>(x + int64_t(pair / topk) * H + c * kChunk) : nullptr;
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int h = s / 2, nn = 4 * (s % 2) + lane / 8, q = i ^ nn, w = 2 * h + q / 4, j = q % 4;
+      const uint32_t* row = src[s % 2];
+      uint32_t v[4];
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        const int e = c * kChunk + 32 * t + 8 * w;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (pair >= 0 && e < H) v = __ldg(reinterpret_cast<const uint4*>(src + e));
-        in[t][0] = v.x;
-        in[t][1] = v.y;
-        in[t][2] = v.z;
-        in[t][3] = v.w;
+        const int e = 32 * t + 8 * w + 2 * j;  // element of the chunk
+        v[t] = row != nullptr && c * kChunk + e < H ? __ldg(row + e / 2) : 0u;
       }
-      uint32_t pieces[4][4];
-      pack_pieces(in, pieces);
-      uint8_t* const stage = dst + c * stage_bytes(bn);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        *reinterpret_cast<uint4*>(stage + stage_offset(bn, n, 8 * (4 * w + j))) =
-            make_uint4(pieces[j][0], pieces[j][1], pieces[j][2], pieces[j][3]);
+      *reinterpret_cast<uint4*>(atom + h * bn * 128 + 512 * (s % 2)) = make_uint4(v[0], v[1], v[2], v[3]);
     }
   }
 }
@@ -180,6 +180,8 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
     return Status::InvalidArgument(fmt::format("sm90: workspace of {} bytes, {} needed", workspace_size, l.total));
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
     return Status::InvalidArgument("sm90: workspace must be 256-byte aligned");
+  if (l.rows / 8 * (Hp / kChunk) >= (int64_t(1) << 31))  // the pack kernel's 32-bit task index
+    return Status::Unsupported(fmt::format("sm90: {} tile rows of K = {} too large", l.rows, Hp));
   bool overlap = false;
   MXMOE_RETURN_IF_ERROR(smxx::kernels_may_overlap(kWho, &overlap));
   int dev = 0, sms = 0;
@@ -211,8 +213,9 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
 
   uint8_t* x_packed = static_cast<uint8_t*>(at(l.x_packed));
   {
-    constexpr int kRowsPerBlock = kPackThreads / 32;
-    const int blocks = int(std::min<int64_t>((l.rows + kRowsPerBlock - 1) / kRowsPerBlock, int64_t(sms) * 16));
+    constexpr int kTasksPerBlock = kPackThreads / 32;
+    const int64_t tasks = l.rows / 8 * (Hp / kChunk);
+    const int blocks = int(std::min<int64_t>((tasks + kTasksPerBlock - 1) / kTasksPerBlock, int64_t(sms) * 16));
     MXMOE_RETURN_IF_ERROR(cuda_status(
         smxx::launch_kernel(sm90_pack_activations, dim3(unsigned(blocks)), dim3(kPackThreads), 0, stream, overlap,
                             a.x, int(H), int(k), static_cast<const int32_t*>(sorted_pair),
