@@ -97,8 +97,9 @@ TEST(Sm90Layout, EightRowsOnIsOneKilobyteOn) {
               << bn << " " << e << " " << r << " " << jj;
 }
 
-TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
-  // The pack kernel's 16-byte formation against packed_offset element by element.
+TEST(Sm90Layout, PieceWordsWriteTheElementwiseImage) {
+  // The pack kernel's gather (each operand piece's four words) against the
+  // element-by-element image.
   std::mt19937 rng(7);
   for (int bn : kTokenTiles) {
     const int n = bn - 3;
@@ -106,12 +107,9 @@ TEST(Sm90Layout, PackPiecesWritesTheElementwiseImage) {
     for (auto& v : x) v = uint16_t(rng());
     std::vector<uint8_t> want(size_t(stage_bytes(bn)), 0), got(want.size(), 0);
     for (int e = 0; e < kChunk; ++e) std::memcpy(&want[size_t(stage_offset(bn, n, logical_k(e)))], &x[size_t(e)], 2);
-    for (int w = 0; w < 4; ++w) {
-      uint32_t in[4][4], out[4][4];
-      for (int t = 0; t < 4; ++t) std::memcpy(in[t], &x[size_t(32 * t + 8 * w)], 16);
-      pack_pieces(in, out);
-      for (int j = 0; j < 4; ++j) std::memcpy(&got[size_t(stage_offset(bn, n, 8 * (4 * w + j)))], out[j], 16);
-    }
+    for (int p = 0; p < 16; ++p)
+      for (int t = 0; t < 4; ++t)
+        std::memcpy(&got[size_t(stage_offset(bn, n, 8 * p) + 4 * t)], &x[size_t(piece_word_element(p, t))], 4);
     EXPECT_EQ(got, want) << "bn " << bn;
   }
 }

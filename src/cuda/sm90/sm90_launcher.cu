@@ -27,9 +27,8 @@ constexpr int kCombineThreads = 128;
 // 16-byte slot 32s + L of those 2 KB (half s / 2, row n0 + 4 (s % 2) + L / 8,
 // position L % 8), so each store instruction writes four whole 128-byte lines.
 // The slot at position i of row n holds operand piece q = i ^ (n % 8) of the
-// half, p = 8h + q = 4w + j, whose word t is the x word of physical elements
-// 32t + 8w + 2j, +1 (pack_pieces): four 4-byte loads, which the 8 rows' 2 KB
-// of x serve from L1. Padding rows (sorted pair -1) and columns at or past H
+// half, p = 8h + q, whose word t is the x word at piece_word_element(p, t):
+// four 4-byte loads, which the 8 rows' 2 KB of x serve from L1. Padding rows (sorted pair -1) and columns at or past H
 // (a multiple of 32) are zeros. (Lanes that each stored their own four pieces
 // of a row wrote every 32-byte sector in two 16-byte halves from different
 // instructions, and the kernel ran at a third of the DRAM bandwidth.)
@@ -51,12 +50,12 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
     }
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      const int h = s / 2, nn = 4 * (s % 2) + lane / 8, q = i ^ nn, w = 2 * h + q / 4, j = q % 4;
+      const int h = s / 2, nn = 4 * (s % 2) + lane / 8, p = 8 * h + (i ^ nn);
       const uint32_t* row = src[s % 2];
       uint32_t v[4];
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        const int e = 32 * t + 8 * w + 2 * j;  // element of the chunk
+        const int e = piece_word_element(p, t);  // element of the chunk
         v[t] = row != nullptr && c * kChunk + e < H ? __ldg(row + e / 2) : 0u;
       }
       *reinterpret_cast<uint4*>(atom + h * bn * 128 + 512 * (s % 2)) = make_uint4(v[0], v[1], v[2], v[3]);

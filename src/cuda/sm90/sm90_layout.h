@@ -111,16 +111,12 @@ MXMOE_SM90_HD constexpr int64_t packed_offset(int bn, int64_t k_padded, int64_t 
   return (tile * (k_padded / kChunk) + e / kChunk) * stage_bytes(bn) + stage_offset(bn, n, logical_k(int(e % kChunk)));
 }
 
-// The pack kernel's unit, 16 bytes at a time: operand k [32w, 32w + 32) of a
-// row come from the physical 8-element pieces (t, w), t = 0..3 (elements
-// 32t + 8w + i), and make the 16-byte operand pieces 4w + j, j = 0..3. `in[t]`
-// holds piece (t, w) as 4 words (x0 x1, x2 x3, x4 x5, x6 x7; even element in
-// the low half); `out[j]` receives operand piece 4w + j, whose word t is word
-// j (the pair (x_2j, x_2j+1)) of piece t: a 4 x 4 transpose of words.
-MXMOE_SM90_HD inline void pack_pieces(const uint32_t (&in)[4][4], uint32_t (&out)[4][4]) {
-  for (int j = 0; j < 4; ++j)
-    for (int t = 0; t < 4; ++t) out[j][t] = in[t][j];
-}
+// The pack kernel's gather: operand k [32w, 32w + 32) of a row come from the
+// physical 8-element pieces (t, w), t = 0..3 (elements 32t + 8w + i), and the
+// 16-byte operand piece p = 4w + j (0..15) of a chunk holds, as its word t,
+// the pair (x_2j, x_2j+1) of piece (t, w): the x word of physical elements
+// piece_word_element(p, t) and the next (even element in the low half).
+MXMOE_SM90_HD constexpr int piece_word_element(int p, int t) { return 32 * t + 8 * (p >> 2) + 2 * (p & 3); }
 
 // ---- wgmma shared-memory descriptor of the activation operand -------------------
 // For the k16 step s (0..7) of the stage at shared address `stage`
@@ -163,9 +159,9 @@ MXMOE_SM90_HD constexpr int tile_row(int q, int w, int m) { return kGroupRows * 
 // item_full[2], item_empty[2]. An item buffer holds what the item reads once:
 // its 128 rows' scales (128 x k/32 bytes, at 0), the epilogue's 4 bytes per
 // token column (at item_cols: its sorted pair, -1 for padding) and the rows'
-// bf16 bias (at item_bias),
-// so that the epilogue reads no global memory. `bytes` is the dynamic shared
-// memory to request, 1024 bytes of alignment slack included.
+// bf16 bias (at item_bias), so that the epilogue reads no global memory.
+// `bytes` is the dynamic shared memory to request, 1024 bytes of alignment
+// slack included.
 struct SmemLayout {
   int act, codes, items, item_stride, item_cols, item_bias, bars, bytes;
 };
