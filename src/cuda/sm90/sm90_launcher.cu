@@ -179,7 +179,8 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
     return Status::InvalidArgument(fmt::format("sm90: workspace of {} bytes, {} needed", workspace_size, l.total));
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
     return Status::InvalidArgument("sm90: workspace must be 256-byte aligned");
-  if (l.rows / 8 * (Hp / kChunk) >= (int64_t(1) << 31))  // the pack kernel's 32-bit task index
+  const int64_t pack_tasks = l.rows / 8 * (Hp / kChunk);  // (8 tile rows, chunk) pairs, at most
+  if (pack_tasks >= (int64_t(1) << 31))                      // the pack kernel's 32-bit task index
     return Status::Unsupported(fmt::format("sm90: {} tile rows of K = {} too large", l.rows, Hp));
   bool overlap = false;
   MXMOE_RETURN_IF_ERROR(smxx::kernels_may_overlap(kWho, &overlap));
@@ -213,8 +214,8 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   uint8_t* x_packed = static_cast<uint8_t*>(at(l.x_packed));
   {
     constexpr int kTasksPerBlock = kPackThreads / 32;
-    const int64_t tasks = l.rows / 8 * (Hp / kChunk);
-    const int blocks = int(std::min<int64_t>((tasks + kTasksPerBlock - 1) / kTasksPerBlock, int64_t(sms) * 16));
+    const int blocks =
+        int(std::min<int64_t>((pack_tasks + kTasksPerBlock - 1) / kTasksPerBlock, int64_t(sms) * 16));
     MXMOE_RETURN_IF_ERROR(cuda_status(
         smxx::launch_kernel(sm90_pack_activations, dim3(unsigned(blocks)), dim3(kPackThreads), 0, stream, overlap,
                             a.x, int(H), int(k), static_cast<const int32_t*>(sorted_pair),
