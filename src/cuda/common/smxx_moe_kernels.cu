@@ -20,14 +20,86 @@ constexpr int kCombineThreads = 256;
 
 __device__ __forceinline__ float bf16f(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
 
+// Top-k of one token's E logits by one warp (lane L holds experts L + 32 m),
+// then a softmax over the k: each round picks what the sequential scan
+// `best = first untaken; for e: if (!taken && l[e] > l[best]) best = e` picks,
+// exactly: the first untaken expert if its logit is NaN (nothing compares
+// greater than NaN), otherwise the largest untaken non-NaN logit with ties to
+// the lower id. One thread scanning E x k entries (with its picks in local
+// memory) took ~100 us a token at E = 128.
+__device__ __forceinline__ void warp_topk(const float* __restrict__ lg, int E, int k, int lane,
+                                          int32_t* __restrict__ ids, float* __restrict__ weights) {
+  constexpr int kPerLane = int(kMaxExperts / 32);
+  constexpr int kNone = 1 << 30;  // no candidate
+  float v[kPerLane];
+  uint32_t untaken = 0;
+#pragma unroll
+  for (int m = 0; m < kPerLane; ++m) {
+    const int e = lane + 32 * m;
+    v[m] = e < E ? lg[e] : 0.f;
+    if (e < E) untaken |= 1u << m;
+  }
+  // The value of expert e (same e on every lane) from its lane.
+  auto value_of = [&](int e) {
+    float mine = 0.f;
+#pragma unroll
+    for (int m = 0; m < kPerLane; ++m)
+      if (m == e / 32) mine = v[m];
+    return __shfl_sync(0xffffffffu, mine, e % 32);
+  };
+  int sel[8];
+  float val[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (i < k) {
+      int first = untaken ? lane + 32 * (__ffs(untaken) - 1) : kNone;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
+      int best = first;
+      if (!isnan(value_of(first))) {
+        float bv = 0.f;
+        int be = kNone;
+#pragma unroll
+        for (int m = 0; m < kPerLane; ++m)
+          if (((untaken >> m) & 1u) && !isnan(v[m]) && (be == kNone || v[m] > bv)) {
+            bv = v[m];
+            be = lane + 32 * m;
+          }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+          const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+          if (oe != kNone && (be == kNone || ov > bv || (ov == bv && oe < be))) {
+            bv = ov;
+            be = oe;
+          }
+        }
+        best = be;
+      }
+      if (best % 32 == lane) untaken &= ~(1u << (best / 32));
+      sel[i] = best;
+      val[i] = value_of(best);
+    }
+  }
+  if (lane == 0) {
+    float den = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (i < k) den += expf(val[i] - val[0]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (i < k) {
+        ids[i] = sel[i];
+        weights[i] = expf(val[i] - val[0]) / den;
+      }
+  }
+}
+
 // A block per kTokens tokens: logits = x W^T + b in fp32 (the tokens' x kept
 // in shared memory as fp32; a warp per expert at a time, lanes over H, each
 // lane's products in the order h = 2 lane + 64 i, a fixed shuffle tree), then
-// one thread per token takes the top-k with ties to the lower id and a
-// softmax over the k. Each router weight row read serves the block's tokens,
-// so the rows' L2 traffic is E H / kTokens per token (one token per block read
-// 737 KB per token at E = 128: 575 us at T = 4096), and 32 warps split the
-// experts so that a lone token's block is not a serial walk of E dot products.
+// a warp per token takes the top-k and the softmax (warp_topk). Each router
+// weight row read serves the block's tokens, and 32 warps split the experts.
 // A token's logits do not depend on kTokens: the same products in the same order.
 template <int kTokens>
 __global__ void __launch_bounds__(kRouterThreads)
@@ -70,28 +142,7 @@ smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* _
     }
   }
   __syncthreads();
-  if (threadIdx.x < tokens) {
-    const float* lg = logits + threadIdx.x * E;
-    const int64_t tok = tok0 + threadIdx.x;
-    int sel[8];
-    float val[8];
-    for (int i = 0; i < k; ++i) {
-      int best = -1;
-      for (int e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int j = 0; j < i; ++j) taken |= sel[j] == e;
-        if (!taken && (best < 0 || lg[e] > lg[best])) best = e;  // strict: ties -> lower id
-      }
-      sel[i] = best;
-      val[i] = lg[best];
-    }
-    float den = 0.f;
-    for (int i = 0; i < k; ++i) den += expf(val[i] - val[0]);
-    for (int i = 0; i < k; ++i) {
-      ids[tok * k + i] = sel[i];
-      weights[tok * k + i] = expf(val[i] - val[0]) / den;
-    }
-  }
+  if (warp < tokens) warp_topk(logits + warp * E, E, k, lane, ids + int64_t(tok0 + warp) * k, weights + int64_t(tok0 + warp) * k);
 }
 
 // One block: per-expert counts, a padded exclusive scan (each expert's rows
