@@ -241,7 +241,7 @@ TEST(Dispatch, InfoTablesNameEveryBackendAndThePick) {
   EXPECT_NE(forced.find("pick: none: sm120 needs an SM120 or SM121 GPU"), std::string::npos) << forced;
 
   const std::string p = describe_preparation(kGptOss20b);
-  EXPECT_NE(p.find("2944"), std::string::npos) << p;  // sm90 pads 2880 to 2944
+  EXPECT_NE(p.find("2944"), std::string::npos) << p;  // sm100 pads 2880 to 2944
   EXPECT_NE(p.find("[up; gate]"), std::string::npos) << p;
   for (BackendKind k : kAllBackends) EXPECT_NE(p.find(std::string("\n") + backend_name(k) + " "), std::string::npos) << p;
   EXPECT_NE(describe_preparation({1, 30, 32, 1}).find("hidden"), std::string::npos);

@@ -61,23 +61,29 @@ TEST(Plan, PortableLayoutIsDenseInterleavedAt64) {
   EXPECT_EQ(p.w2_scales_bytes, 4 * 2880 * 768 / 32);
 }
 
-TEST(Plan, Sm90PadsHiddenPastTheLast128Tile) {
+TEST(Plan, Sm90PadsToWhole64WideChunks) {
   // The triton_kernels Hopper bug: 90 scale columns, 128-wide K tiles walk 92.
+  // sm90 walks 2880 as 22 chunks of 128 and one of 64: nothing to pad.
   const PreparePlan p = make_plan(BackendKind::kSm90, kGptOss20b);
-  EXPECT_EQ(p.hidden_padded, 2944);
-  EXPECT_EQ(p.intermediate_padded, 2944);
+  EXPECT_EQ(p.hidden_padded, 2880);
+  EXPECT_EQ(p.intermediate_padded, 2880);
   // The portable kernel's words, a 128-row tile's groups interleaved by chunk
   // (its decode path runs on these weights), and no over-read: the producer
   // requests only the chunks of its tiles.
   EXPECT_EQ(p.w13_layout, W13Layout::kInterleaved);
   EXPECT_EQ(p.swizzle, WeightSwizzle::kMmaRowTiles128);
   EXPECT_EQ(p.prefetch_rows, 0);
-  EXPECT_EQ(p.w13_codes_bytes, 32 * 2 * 2944 * 2944 / 2);
-  EXPECT_EQ(p.w2_scales_bytes, 32 * 2944 * 2944 / 32);
-  EXPECT_GT(p.prepared_bytes(), original_bytes(kGptOss20b));
+  EXPECT_EQ(p.w13_codes_bytes, 32 * 2 * 2880 * 2880 / 2);
+  EXPECT_EQ(p.w2_scales_bytes, 32 * 2880 * 2880 / 32);
+  EXPECT_EQ(p.prepared_bytes(), original_bytes(kGptOss20b));
   const PreparePlan tp = make_plan(BackendKind::kSm90, {4, 320, 224, 4});
-  EXPECT_EQ(tp.hidden_padded, 384);
+  EXPECT_EQ(tp.hidden_padded, 320);
   EXPECT_EQ(tp.intermediate_padded, 256);
+  // The layout's 128-row tiles run over all E * Hp rows of w2: an odd E pads
+  // H = 2880 (22.5 tiles an expert) to 2944.
+  EXPECT_EQ(make_plan(BackendKind::kSm90, {3, 2880, 2880, 2}).hidden_padded, 2944);
+  EXPECT_EQ(make_plan(BackendKind::kSm90, {3, 2880, 2880, 2}).intermediate_padded, 2880);
+  EXPECT_EQ(make_plan(BackendKind::kSm90, {3, 2816, 2880, 2}).hidden_padded, 2816);
   EXPECT_EQ(make_plan(BackendKind::kCpu, kGptOss20b).prepared_bytes(), original_bytes(kGptOss20b));
 }
 

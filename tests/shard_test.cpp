@@ -163,7 +163,8 @@ TEST(TensorParallel, Gptoss2880AtTp4PadsToWholeBlocksPerRank) {
   // 2880 / 4 = 720 = 22.5 blocks of 32: the split must pad first.
   EXPECT_EQ(tensor_parallel_intermediate(BackendKind::kCpu, 2880, 4), 2944);       // 736 = 23 x 32
   EXPECT_EQ(tensor_parallel_intermediate(BackendKind::kPortable, 2880, 4), 3072);  // 768 = 12 x 64
-  EXPECT_EQ(tensor_parallel_intermediate(BackendKind::kSm90, 2880, 4), 3072);      // 768 = 6 x 128
+  EXPECT_EQ(tensor_parallel_intermediate(BackendKind::kSm90, 2880, 4), 3072);      // 768 = 12 x 64
+  EXPECT_EQ(tensor_parallel_intermediate(BackendKind::kSm90, 2880, 2), 2944);      // 1472 = 23 x 64
   EXPECT_EQ(tensor_parallel_intermediate(BackendKind::kCpu, 2880, 1), 2880);
 }
 

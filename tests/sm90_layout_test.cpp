@@ -24,15 +24,24 @@ namespace mxmoe::sm90 {
 namespace {
 
 TEST(Sm90Layout, OperandKOrderIsABijectionMatchingTheFragments) {
-  std::set<int> seen;
-  for (int k = 0; k < kChunk; ++k) {
-    ASSERT_EQ(logical_k(physical_k(k)), k);
-    ASSERT_EQ(physical_k(logical_k(k)), k);
-    seen.insert(physical_k(k));
+  for (int width : {kChunk, kTailChunk}) {
+    std::set<int> seen;
+    for (int k = 0; k < width; ++k) {
+      ASSERT_EQ(logical_k(physical_k(k, width), width), k);
+      ASSERT_EQ(physical_k(logical_k(k, width), width), k);
+      seen.insert(physical_k(k, width));
+    }
+    EXPECT_EQ(seen.size(), size_t(width));
+    EXPECT_EQ(*seen.begin(), 0);
+    EXPECT_EQ(*seen.rbegin(), width - 1);
   }
-  EXPECT_EQ(seen.size(), size_t(kChunk));
-  EXPECT_EQ(*seen.begin(), 0);
-  EXPECT_EQ(*seen.rbegin(), kChunk - 1);
+  // A 64-wide tail: lane t's 16 elements [16t, 16t + 16) are its two words.
+  for (int s = 0; s < 4; ++s)
+    for (int t = 0; t < 4; ++t)
+      for (int reg = 0; reg < 4; ++reg)
+        for (int b = 0; b < 2; ++b)
+          EXPECT_EQ(physical_k(16 * s + 2 * t + 8 * (reg >> 1) + b, kTailChunk),
+                    16 * t + 8 * a_word(s) + 2 * a_pair(s, reg) + b);
   // wgmma A fragment (PTX ISA, m64nNk16 .bf16 from registers): thread (g, t)
   // register a0 = row g, k {2t, 2t+1}; a1 = row g+8, same k; a2 = row g,
   // k {2t+8, 2t+9}; a3 = row g+8, k {2t+8, 2t+9}, per 16-wide step. The
@@ -73,45 +82,54 @@ TEST(Sm90Layout, StageImageIsTheSwizzledKMajorOperand) {
 
 TEST(Sm90Layout, PackedTensorIsStagesBackToBack) {
   const int bn = 64;
-  const int64_t kp = 384;  // three chunks
-  std::vector<bool> hit(size_t(3 * kp / kChunk * stage_bytes(bn) / 2), false);
-  for (int64_t tile = 0; tile < 3; ++tile)
-    for (int n = 0; n < bn; ++n)
-      for (int64_t e = 0; e < kp; ++e) {
-        const int64_t off = packed_offset(bn, kp, tile, n, e);
-        ASSERT_EQ(off, (tile * (kp / kChunk) + e / kChunk) * stage_bytes(bn) +
-                           stage_offset(bn, n, logical_k(int(e % kChunk))));
-        ASSERT_FALSE(hit[size_t(off / 2)]);
-        hit[size_t(off / 2)] = true;
-      }
+  for (int64_t kp : {384, 320, 64}) {  // three chunks; two and a tail; a tail alone
+    EXPECT_EQ(chunk_count(kp), int((kp + 127) / 128));
+    std::vector<bool> hit(size_t(3 * packed_tile_bytes(bn, kp) / 2), false);
+    for (int64_t tile = 0; tile < 3; ++tile)
+      for (int n = 0; n < bn; ++n)
+        for (int64_t e = 0; e < kp; ++e) {
+          const int64_t off = packed_offset(bn, kp, tile, n, e);
+          const int c = int(e / kChunk), width = kp - c * kChunk >= kChunk ? kChunk : kTailChunk;
+          ASSERT_EQ(chunk_width(kp, c), width);
+          ASSERT_EQ(off, tile * bn * kp * 2 + c * stage_bytes(bn) + stage_offset(bn, n, logical_k(int(e % kChunk), width)));
+          // A tail's stage is the first 64-wide half of a stage image.
+          ASSERT_LT(off - tile * bn * kp * 2 - c * stage_bytes(bn), bn * width * 2);
+          ASSERT_FALSE(hit[size_t(off / 2)]);
+          hit[size_t(off / 2)] = true;
+        }
+    for (bool h : hit) ASSERT_TRUE(h) << "K " << kp << ": a packed byte no element fills";
+  }
 }
 
 TEST(Sm90Layout, EightRowsOnIsOneKilobyteOn) {
   // GEMM1's epilogue addresses a thread's outputs (token rows 8 jj + r, r < 8,
   // one operand column) from the row-r offset plus 1024 jj.
   for (int bn : kTokenTiles)
-    for (int64_t e : {0, 1, 37, 127, 128, 300})
-      for (int r = 0; r < 8; ++r)
-        for (int jj = 0; jj < bn / 8; ++jj)
-          ASSERT_EQ(packed_offset(bn, 384, 2, 8 * jj + r, e), packed_offset(bn, 384, 2, r, e) + 1024 * jj)
-              << bn << " " << e << " " << r << " " << jj;
+    for (int64_t kp : {384, 320})
+      for (int64_t e : {0, 1, 37, 127, 128, 300})
+        for (int r = 0; r < 8; ++r)
+          for (int jj = 0; jj < bn / 8; ++jj)
+            ASSERT_EQ(packed_offset(bn, kp, 2, 8 * jj + r, e), packed_offset(bn, kp, 2, r, e) + 1024 * jj)
+                << bn << " " << kp << " " << e << " " << r << " " << jj;
 }
 
 TEST(Sm90Layout, PieceWordsWriteTheElementwiseImage) {
   // The pack kernel's gather (each operand piece's four words) against the
-  // element-by-element image.
+  // element-by-element image, for a chunk and a tail.
   std::mt19937 rng(7);
-  for (int bn : kTokenTiles) {
-    const int n = bn - 3;
-    std::vector<uint16_t> x(kChunk);
-    for (auto& v : x) v = uint16_t(rng());
-    std::vector<uint8_t> want(size_t(stage_bytes(bn)), 0), got(want.size(), 0);
-    for (int e = 0; e < kChunk; ++e) std::memcpy(&want[size_t(stage_offset(bn, n, logical_k(e)))], &x[size_t(e)], 2);
-    for (int p = 0; p < 16; ++p)
-      for (int t = 0; t < 4; ++t)
-        std::memcpy(&got[size_t(stage_offset(bn, n, 8 * p) + 4 * t)], &x[size_t(piece_word_element(p, t))], 4);
-    EXPECT_EQ(got, want) << "bn " << bn;
-  }
+  for (int width : {kChunk, kTailChunk})
+    for (int bn : kTokenTiles) {
+      const int n = bn - 3;
+      std::vector<uint16_t> x(static_cast<size_t>(width));
+      for (auto& v : x) v = uint16_t(rng());
+      std::vector<uint8_t> want(size_t(stage_bytes(bn)), 0), got(want.size(), 0);
+      for (int e = 0; e < width; ++e)
+        std::memcpy(&want[size_t(stage_offset(bn, n, logical_k(e, width)))], &x[size_t(e)], 2);
+      for (int p = 0; p < width / 8; ++p)
+        for (int t = 0; t < 4; ++t)
+          std::memcpy(&got[size_t(stage_offset(bn, n, 8 * p) + 4 * t)], &x[size_t(piece_word_element(p, t, width))], 4);
+      EXPECT_EQ(got, want) << "bn " << bn << " width " << width;
+    }
 }
 
 TEST(Sm90Layout, DescriptorFields) {
@@ -204,19 +222,20 @@ double bf16_value(uint16_t b) { return double(bf16_to_float(b)); }
 struct TileCase {
   int bn;
   int64_t kp;
-  int row_tile;  // which 128-row tile of a 256-row weight matrix
+  int64_t row0;  // the item's first weight row in a 384-row matrix (three layout tiles)
+  int rows;      // 128, or 64 (an expert's last tile when its rows are 64 mod 128)
 };
 
 void PrintTo(const TileCase& c, std::ostream* os) {
-  *os << "token tile " << c.bn << ", K " << c.kp << ", row tile " << c.row_tile;
+  *os << "token tile " << c.bn << ", K " << c.kp << ", rows " << c.row0 << " + " << c.rows;
 }
 
 class Sm90DataPath : public ::testing::TestWithParam<TileCase> {};
 
 TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
-  const auto [bn, kp, rt] = GetParam();
-  const int64_t rows = 2 * kTileRows, row_bytes = kp / 2, nc = kp / kChunk;
-  std::mt19937 rng(uint32_t(1000 + bn + kp + rt));
+  const auto [bn, kp, row0, item_rows] = GetParam();
+  const int64_t rows = 3 * kTileRows, row_bytes = kp / 2, nc = chunk_count(kp);
+  std::mt19937 rng(uint32_t(1000 + bn + kp + row0 + item_rows));
   // Weights: random codes, scales 2^-2 .. 2^2; x: small integers in bf16. All
   // products and sums are exact in double, so the comparison is exact.
   std::vector<uint8_t> codes(size_t(rows * row_bytes)), scales(size_t(rows * kp / 32));
@@ -227,7 +246,7 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
   const int tile = 1;  // token tile index in the packed tensor
   std::vector<float> x(size_t(bn * kp));
   for (auto& v : x) v = float(int(rng() % 17) - 8);
-  std::vector<uint8_t> packed(size_t(2 * nc * stage_bytes(bn)));
+  std::vector<uint8_t> packed(size_t(2 * packed_tile_bytes(bn, kp)));
   for (int n = 0; n < bn; ++n)
     for (int64_t e = 0; e < kp; ++e) {
       const uint16_t b = float_to_bf16(x[size_t(n * kp + e)]);
@@ -236,42 +255,56 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
 
   // D[tile row][n] as the kernel computes it.
   std::vector<double> d(size_t(kTileRows * bn), 0.0);
-  const int64_t row0 = int64_t(rt) * kTileRows;
   const uint32_t stage_addr = 7 * 1024;  // where the producer put the stage (1024-aligned)
-  for (int64_t c = 0; c < nc; ++c) {
-    // Producer: the tile's 8 KB of chunk c -> code stage; the tile's scale
-    // rows; the packed stage (tile, c).
-    std::vector<uint8_t> code_stage(kCodeStageBytes);
-    std::memcpy(code_stage.data(), &uploaded[size_t(row0 * row_bytes + c * kCodeStageBytes)], kCodeStageBytes);
+  const int first_group = int(row0 % kTileRows) / kGroupRows;
+  const int64_t layout_tile = row0 - row0 % kTileRows;
+  for (int c = 0; c < nc; ++c) {
+    const int width = chunk_width(kp, c), steps = width / 16, group_bytes = group_chunk_bytes(width);
+    // Producer: the item's groups of chunk c -> code stage (one copy, or two
+    // halves when the item starts half-way into a layout tile or holds 64
+    // rows, whose four groups go to both halves); the item's scale rows; the
+    // packed stage (tile, c).
+    std::vector<uint8_t> code_stage(kCodeStageBytes, 0xEE);
+    const uint8_t* src = &uploaded[size_t(layout_tile * row_bytes + c * kCodeStageBytes + first_group * group_bytes)];
+    if (first_group == 0 && item_rows == kTileRows) {
+      std::memcpy(code_stage.data(), src, size_t(8 * group_bytes));
+    } else {
+      const uint8_t* second = item_rows < kTileRows ? src : src - 4 * group_bytes + kTileRows * row_bytes;
+      std::memcpy(code_stage.data(), src, size_t(4 * group_bytes));
+      std::memcpy(code_stage.data() + 4 * group_bytes, second, size_t(4 * group_bytes));
+    }
     const uint8_t* scale_tile = &scales[size_t(row0 * (kp / 32))];
-    const uint8_t* stage = &packed[size_t((tile * nc + c) * stage_bytes(bn))];
-    for (int q = 0; q < kConsumerWarpgroups; ++q)
+    const uint8_t* stage = &packed[size_t(tile * packed_tile_bytes(bn, kp) + c * stage_bytes(bn))];
+    for (int q = 0; 64 * q < item_rows; ++q)
       for (int w = 0; w < 4; ++w) {
         const int G = 4 * q + w;
-        // A: 16 rows x 128 operand k of this warp, from its 32 lanes' registers.
-        std::vector<double> a(16 * kChunk, std::nan(""));
+        // A: 16 rows x `width` operand k of this warp, from its 32 lanes' registers.
+        std::vector<double> a(size_t(16 * width), std::nan(""));
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane / 4, t = lane % 4;
           uint32_t words[2][4];
-          std::memcpy(words[0], &code_stage[size_t(G * kGroupChunkBytes + lane * 16)], 16);
-          std::memcpy(words[1], &code_stage[size_t(G * kGroupChunkBytes + 512 + lane * 16)], 16);
-          const uint8_t* srow = scale_tile + (kGroupRows * G + 2 * g) * (kp / 32) + t;  // as the kernel indexes
-          const double sc[2] = {std::ldexp(1.0, int(srow[4 * c]) - 127), std::ldexp(1.0, int(srow[kp / 32 + 4 * c]) - 127)};
-          for (int s = 0; s < 8; ++s)
+          const int word_bytes = width / 8;  // 16, or 8 for a tail
+          std::memcpy(words[0], &code_stage[size_t(G * group_bytes + lane * word_bytes)], size_t(word_bytes));
+          std::memcpy(words[1], &code_stage[size_t(G * group_bytes + group_bytes / 2 + lane * word_bytes)],
+                      size_t(word_bytes));
+          const int block = width == kChunk ? 4 * c + t : 4 * c + t / 2;
+          const uint8_t* srow = scale_tile + (kGroupRows * G + 2 * g) * (kp / 32);  // as the kernel indexes
+          const double sc[2] = {std::ldexp(1.0, int(srow[block]) - 127), std::ldexp(1.0, int(srow[kp / 32 + block]) - 127)};
+          for (int s = 0; s < steps; ++s)
             for (int reg = 0; reg < 4; ++reg) {
               const int second = a_second_row(reg) ? 1 : 0;
               double lo, hi;
               extract_pair(words[second][a_word(s)], a_pair(s, reg), &lo, &hi);
               // PTX A fragment: a0/a1 at k 2t, 2t+1; a2/a3 at k 2t+8, 2t+9; a1/a3 row g+8.
               const int m = g + 8 * (reg & 1), k = 16 * s + 2 * t + 8 * (reg >> 1);
-              a[size_t(m * kChunk + k)] = lo * sc[second];
-              a[size_t(m * kChunk + k + 1)] = hi * sc[second];
+              a[size_t(m * width + k)] = lo * sc[second];
+              a[size_t(m * width + k + 1)] = hi * sc[second];
             }
         }
         for (double v : a) ASSERT_FALSE(std::isnan(v)) << "an A element no thread holds";
         // B through the descriptor: K-major, 128-byte swizzle (address bits
         // 4-6 XOR bits 7-9), rows n at (n / 8) * SBO + (n % 8) * 128.
-        for (int s = 0; s < 8; ++s) {
+        for (int s = 0; s < steps; ++s) {
           const uint64_t desc = b_descriptor(stage_addr, bn, s);
           const uint32_t start = uint32_t(desc & 0x3FFF) << 4, sbo = uint32_t((desc >> 32) & 0x3FFF) << 4;
           ASSERT_EQ(desc >> 62, 1u);
@@ -279,17 +312,18 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
             for (int kk = 0; kk < 16; ++kk) {
               const uint32_t addr = start + (n / 8) * sbo + (n % 8) * 128 + kk * 2;
               const uint32_t phys = addr ^ (((addr >> 7) & 7) << 4);
+              ASSERT_LT(phys - stage_addr, uint32_t(bn * width * 2)) << "outside the copied stage";
               uint16_t bits;
               std::memcpy(&bits, stage + (phys - stage_addr), 2);
               const double bv = bf16_value(bits);
               for (int m = 0; m < 16; ++m)
-                d[size_t(tile_row(q, w, m) * bn + n)] += a[size_t(m * kChunk + 16 * s + kk)] * bv;
+                d[size_t(tile_row(q, w, m) * bn + n)] += a[size_t(m * width + 16 * s + kk)] * bv;
             }
         }
       }
   }
   // The dense product on the original bytes.
-  for (int r = 0; r < kTileRows; ++r)
+  for (int r = 0; r < item_rows; ++r)
     for (int n = 0; n < bn; ++n) {
       double ref = 0;
       for (int64_t e = 0; e < kp; ++e) {
@@ -303,8 +337,13 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, Sm90DataPath,
-                         ::testing::Values(TileCase{16, 256, 1}, TileCase{32, 128, 0}, TileCase{64, 128, 0},
-                                           TileCase{64, 384, 1}, TileCase{128, 256, 1}, TileCase{128, 384, 0}));
+                         ::testing::Values(TileCase{16, 256, 128, 128}, TileCase{32, 128, 0, 128},
+                                           TileCase{64, 128, 0, 128}, TileCase{64, 384, 128, 128},
+                                           TileCase{128, 256, 128, 128}, TileCase{128, 384, 0, 128},
+                                           // 64-wide tails, items half-way into a layout tile, 64-row items
+                                           TileCase{16, 320, 64, 128}, TileCase{48, 64, 0, 128},
+                                           TileCase{32, 192, 192, 64}, TileCase{160, 320, 256, 64},
+                                           TileCase{64, 448, 64, 64}, TileCase{192, 2880, 128, 128}));
 
 }  // namespace
 }  // namespace mxmoe::sm90

@@ -30,11 +30,15 @@ int64_t mma16_position(int64_t row, int64_t byte, int64_t row_bytes) {
 }
 
 // The same byte in kMmaRowTiles128: the fragment-order byte of its 16-row
-// group, with the 8 groups of each 128-row tile interleaved by 1 KB chunk.
+// group, with the 8 groups of each 128-row tile interleaved by 1 KB chunk,
+// and a 64-wide tail's 512-byte group images (K % 128 == 64) back to back
+// after the full chunks.
 int64_t tile128_position(int64_t row, int64_t byte, int64_t row_bytes) {
   const int64_t tile = row / 128, group = (row % 128) / 16;
-  const int64_t in_group = mma16_position(row % 16, byte, row_bytes);  // [c][1 KB]
-  return tile * 128 * row_bytes + (in_group / 1024) * 8192 + group * 1024 + in_group % 1024;
+  const int64_t in_group = mma16_position(row % 16, byte, row_bytes);  // [c][1 KB], then the 512-byte tail
+  const int64_t full = row_bytes / 64, c = in_group / 1024;
+  const int64_t group_bytes = c < full ? 1024 : 512;
+  return tile * 128 * row_bytes + c * 8192 + group * group_bytes + in_group % 1024;
 }
 
 // A bf16 bit pattern times 2^126 (the extraction yields E2M1 value * 2^-126).
@@ -86,7 +90,7 @@ TEST(Swizzle, MmaRowGroups16IsTheFragmentOrder) {
 }
 
 TEST(Swizzle, MmaRowTiles128InterleavesATilesGroupsByChunk) {
-  for (int64_t cols : {128, 256, 2944, 768}) {
+  for (int64_t cols : {128, 256, 2944, 768, 64, 192, 2880, 1472}) {
     const int64_t rows = 256, row_bytes = cols / 2;
     std::vector<uint8_t> dense(size_t(rows * row_bytes)), groups(dense.size()), out(dense.size(), 0);
     std::mt19937 rng{static_cast<unsigned>(cols + 1)};
@@ -105,12 +109,16 @@ TEST(Swizzle, MmaRowTiles128InterleavesATilesGroupsByChunk) {
         ASSERT_EQ(out[size_t(at)], groups[size_t(mma16_position(row, b, row_bytes))])
             << "cols " << cols << " row " << row << " byte " << b;
       }
-    // A tile's chunk c (here the second tile's last) is one 8 KB run: group
-    // g's 1 KB image at 1024 g.
+    // A tile's chunk c (here the second tile's last full one) is one 8 KB
+    // run: group g's 1 KB image at 1024 g; a tail is one 4 KB run of 512.
     const int64_t c = row_bytes / 64 - 1;
-    for (int64_t g = 0; g < 8; ++g)
+    for (int64_t g = 0; g < 8 && c >= 0; ++g)
       ASSERT_EQ(0, std::memcmp(&out[size_t(128 * row_bytes + 8192 * c + 1024 * g)],
                                &groups[size_t(128 * row_bytes + g * 16 * row_bytes + 1024 * c)], 1024));
+    if (row_bytes % 64 != 0)
+      for (int64_t g = 0; g < 8; ++g)
+        ASSERT_EQ(0, std::memcmp(&out[size_t(128 * row_bytes + 8192 * (c + 1) + 512 * g)],
+                                 &groups[size_t(128 * row_bytes + g * 16 * row_bytes + 1024 * (c + 1))], 512));
   }
 }
 
@@ -123,7 +131,7 @@ TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowGroups16, dense.data(), 16, 32, out.data()).ok());
   std::vector<uint8_t> big(128 * 96);
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, big.data(), 64, 128, out.data()).ok());   // rows
-  EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, big.data(), 128, 192, big.data()).ok());  // K % 128
+  EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, big.data(), 128, 96, big.data()).ok());  // K % 64
 }
 
 TEST(Swizzle, PortableAndSm90PlansUseFragmentOrder) {

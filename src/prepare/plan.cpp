@@ -49,6 +49,11 @@ PreparePlan plan_portable(const MoeShape& shape) {
 PreparePlan plan_sm90(const MoeShape& shape) {
   PreparePlan p = base_plan(BackendKind::kSm90, shape);
   p.swizzle = WeightSwizzle::kMmaRowTiles128;
+  // The 128-row tiles of the layout run over all E * Hp rows of w2, so an
+  // expert may start half-way into one (Hp % 128 == 64); their count must be
+  // whole, which an odd E needs Hp % 128 == 0 for. (w13 has 2 Ip rows an
+  // expert, a multiple of 128.)
+  if (shape.experts % 2 != 0) p.hidden_padded = round_up(shape.hidden, 128);
   return p;
 }
 
@@ -67,12 +72,13 @@ BackendAlignment backend_alignment(BackendKind kind) {
     case BackendKind::kCpu: return {32, 32};
     // portable: 64-row weight tiles (N) and 64-wide K steps (two scale blocks).
     case BackendKind::kPortable: return {64, 64};
-    // sm90: every pipeline stage is a 128-wide K chunk (one MX block per lane
-    // of a row group) and every block tile 128 weight rows (two consumer
-    // warpgroups of 64), so both padded dimensions are multiples of 128.
-    // H = 2880 pads to 2944 rather than letting the last chunk read 64
-    // elements (2 scale bytes) of the next row.
-    case BackendKind::kSm90: return {128, 128};
+    // sm90: K is walked in 128-wide chunks with a 64-wide tail (one MX block
+    // per lane of a row group, or half of one), and N in 128-row tiles of
+    // which an expert's last may hold 64 rows: both padded dimensions are
+    // multiples of 64, so H = 2880 is not padded (triton_kernels' Hopper path
+    // walks it in 128-wide K tiles to 2944 and reads 2 scale bytes past each
+    // row). An odd expert count pads H to 128 (plan_sm90).
+    case BackendKind::kSm90: return {64, 64};
     // tcgen05 / sm120 block-scaled MMA: 128-wide K tiles (four scale blocks
     // per TMA box) and 128-row N tiles, as for sm90.
     case BackendKind::kSm100:

@@ -56,15 +56,19 @@ void swizzle_group_mma16(const uint8_t* dense, int64_t row_bytes, uint8_t* out) 
 }
 
 // One tile of 128 rows in kMmaRowGroups16 order (`groups16`) -> its 8 groups'
-// 1 KB chunk images where kMmaRowTiles128 puts them: both placements are the
-// strides the kernels walk (code_strides.h).
+// 1 KB chunk images where kMmaRowTiles128 puts them, then their 512-byte tail
+// chunks back to back: both placements are the strides the kernels walk
+// (code_strides.h).
 void interleave_tile_chunks(const uint8_t* groups16, int64_t row_bytes, uint8_t* out) {
   const CodeStrides from = code_strides(WeightSwizzle::kMmaRowGroups16, row_bytes);
   const CodeStrides to = code_strides(WeightSwizzle::kMmaRowTiles128, row_bytes);
   const int64_t chunks = row_bytes / 64;
-  for (int g = 0; g < 8; ++g)
+  for (int g = 0; g < 8; ++g) {
     for (int64_t c = 0; c < chunks; ++c)
       std::memcpy(out + c * to.chunk + g * to.group, groups16 + g * from.group + c * from.chunk, 1024);
+    if (row_bytes % 64 != 0)
+      std::memcpy(out + chunks * to.chunk + g * to.tail_group, groups16 + g * from.group + chunks * from.chunk, 512);
+  }
 }
 
 }  // namespace
@@ -85,9 +89,9 @@ Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, 
       permute_bits(out, rows * row_bytes);  // rows * row_bytes is a multiple of 16 * 32
       return Status::Ok();
     case WeightSwizzle::kMmaRowTiles128: {
-      if (rows % 128 != 0 || cols % 128 != 0)
+      if (rows % 128 != 0 || cols % 64 != 0)
         return Status::InvalidArgument(fmt::format(
-            "swizzle: 128-row tile order needs rows % 128 == 0 and cols % 128 == 0, got {} x {}", rows, cols));
+            "swizzle: 128-row tile order needs rows % 128 == 0 and cols % 64 == 0, got {} x {}", rows, cols));
       std::vector<uint8_t> tile(size_t(128 * row_bytes));
       for (int64_t r0 = 0; r0 < rows; r0 += 128) {
         MXMOE_RETURN_IF_ERROR(

@@ -105,7 +105,9 @@ class Sm90Gpu : public ::testing::Test {
 };
 
 TEST_F(Sm90Gpu, SmallShapeTokenSweep) {
-  // (160, 160) pads to 256: two K chunks of which the second is mostly padding.
+  // (160, 160) pads to 192: a 128-wide K chunk and a 64-wide tail; w2's 192
+  // rows an expert are a 128-row tile and a 64-row one, and odd experts start
+  // half-way into a tile of the layout.
   // The cases take the token tiles in turn, so that each tile (even in the
   // quick sweep's 10 cases) runs at least one.
   const int64_t Ts[] = {1, 3, 64, 127, 129, 1000, 4096};
@@ -121,12 +123,19 @@ TEST_F(Sm90Gpu, SmallShapeTokenSweep) {
 }
 
 TEST_F(Sm90Gpu, OddShapeExpertsAndTopk) {
-  // (320, 224) pads to (384, 256): K of three and two chunks, padded rows and columns.
+  // (320, 224) pads to (320, 256): GEMM1's K two chunks and a tail, GEMM2's
+  // rows 2.5 tiles an expert; padded columns.
   check_case({{32, 320, 224, 4}, 129, RouteMode::kRandom, 200, kWgmma64});
   check_case({{128, 320, 224, 1}, 127, RouteMode::kRandom, 201, kWgmma128});
   check_case({{32, 320, 224, 1}, 3, RouteMode::kRandom, 202, kWgmma128});
   check_case({{32, 320, 224, 4}, 33, RouteMode::kRandom, 207, kWgmma32});
   check_case({{32, 320, 224, 4}, 17, RouteMode::kRandom, 208, kWgmma16});
+  // An odd expert count pads H to 384 (the layout's tiles run over E * Hp rows).
+  check_case({{5, 320, 160, 2}, 129, RouteMode::kRandom, 209, kWgmma32});
+  // K = 64: every chunk a tail; w2 a 64-row tile an expert (the second
+  // consumer warpgroup idles), odd experts in the second half of a tile.
+  check_case({{8, 64, 64, 2}, 129, RouteMode::kRandom, 212, kWgmma128});
+  check_case({{8, 64, 64, 2}, 65, RouteMode::kRandom, 213, kWgmma16});
   if (quick_sweep()) return;
   check_case({{128, 320, 224, 4}, 1000, RouteMode::kRandom, 203, kWgmma64});
   check_case({{8, 320, 224, 4}, 4096, RouteMode::kRandom, 204, kHeuristic});  // 2048 rows per expert: 192
@@ -134,8 +143,8 @@ TEST_F(Sm90Gpu, OddShapeExpertsAndTopk) {
 }
 
 TEST_F(Sm90Gpu, GptOssShapes) {
-  // H = 2880 pads to 2944 (23 chunks: an odd count, so the A register sets
-  // alternate across the tail); I = 736 pads to 768.
+  // H = 2880 is 22 chunks and a 64-wide tail, and 22.5 row tiles of w2 an
+  // expert; I = 736 pads to 768 (6 chunks).
   check_case({{32, 2880, 736, 4}, 64, RouteMode::kRandom, 600, kWgmma64});
   check_case({{8, 2880, 2880, 4}, 129, RouteMode::kRandom, 601, kWgmma128});
   check_case({{32, 2880, 736, 4}, 256, RouteMode::kRandom, 607, kWgmma32});

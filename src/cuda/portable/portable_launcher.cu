@@ -136,7 +136,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.code_tile_stride = cs1.tile;
   g1.code_group_stride = cs1.group;
   g1.code_chunk_stride = cs1.chunk;
-  g1.code_expert_stride = 2 * Ip * Hp / 2;
+  g1.code_tail_group_stride = cs1.tail_group;
   g1.scale_row_stride = Hp / 32;
   g1.scale_expert_stride = 2 * Ip * Hp / 32;
   g1.bias = w.b13;
@@ -171,7 +171,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g2.code_tile_stride = cs2.tile;
   g2.code_group_stride = cs2.group;
   g2.code_chunk_stride = cs2.chunk;
-  g2.code_expert_stride = Hp * Ip / 2;
+  g2.code_tail_group_stride = cs2.tail_group;
   g2.scale_row_stride = Ip / 32;
   g2.scale_expert_stride = Hp * Ip / 32;
   g2.bias = w.b2;

@@ -40,10 +40,13 @@ struct GemmParams {
   // Weights [E, N, K] MXFP4 (padded dense), strides in bytes.
   const uint8_t* codes;
   const uint8_t* scales;
-  // Codes in fragment order (code_strides.h): group g of 16 rows at
-  // (g / 8) * code_tile_stride + (g % 8) * code_group_stride, its chunk c at
-  // code_chunk_stride * c.
-  int64_t code_tile_stride, code_group_stride, code_chunk_stride, code_expert_stride;
+  // Codes in fragment order (code_strides.h): group g of 16 rows, counted
+  // over all E * N rows, at (g / 8) * code_tile_stride + (g % 8) *
+  // code_group_stride, its chunk c at code_chunk_stride * c; a 64-wide tail
+  // chunk at (g / 8) * code_tile_stride + code_chunk_stride * (K / 128) +
+  // (g % 8) * code_tail_group_stride. (Counting over all rows lets an expert
+  // start half-way into a 128-row tile.)
+  int64_t code_tile_stride, code_group_stride, code_chunk_stride, code_tail_group_stride;
   int64_t scale_row_stride, scale_expert_stride;
   const uint16_t* bias;  // bf16 [E, N]
   int64_t bias_expert_stride;
@@ -320,8 +323,8 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   int soff[kSubtiles][2];
 #pragma unroll
   for (int m = 0; m < kSubtiles; ++m) {
-    const int gi = (nb + 16 * m) / 16;
-    group[m] = p.codes + e * p.code_expert_stride + (gi / 8) * p.code_tile_stride + (gi % 8) * p.code_group_stride;
+    const int64_t gi = (int64_t(e) * p.n_rows + nb + 16 * m) / 16;
+    group[m] = p.codes + (gi / 8) * p.code_tile_stride + (gi % 8) * p.code_group_stride;
     soff[m][0] = int((16 * m) * p.scale_row_stride);
     soff[m][1] = int((16 * m + 1) * p.scale_row_stride);
   }
@@ -409,7 +412,10 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint2 v = detail::ld_stream8(group[m] + p.code_chunk_stride * nfull + 256 * r + 8 * lane);
+        const int64_t gi = (int64_t(e) * p.n_rows + nb + 16 * m) / 16;
+        const uint8_t* tail = p.codes + (gi / 8) * p.code_tile_stride + p.code_chunk_stride * nfull +
+                              (gi % 8) * p.code_tail_group_stride;
+        const uint2 v = detail::ld_stream8(tail + 256 * r + 8 * lane);
         q[0][m][r][0] = v.x; q[0][m][r][1] = v.y; q[0][m][r][2] = 0; q[0][m][r][3] = 0;
         s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
       }

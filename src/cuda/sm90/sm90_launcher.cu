@@ -25,23 +25,27 @@ constexpr int kCombineThreads = 128;
 // (sm90_layout.h; token tiles are multiples of 8 rows, so the 8 rows share a
 // tile and are rows n0 .. n0 + 7, n0 % 8 = 0). Store s of lane L is the
 // 16-byte slot 32s + L of those 2 KB (half s / 2, row n0 + 4 (s % 2) + L / 8,
-// position L % 8), so each store instruction writes four whole 128-byte lines.
+// position L % 8), so each store instruction writes four whole 128-byte lines;
+// a 64-wide tail chunk has only half 0 (stores 0 and 1).
 // The slot at position i of row n holds operand piece q = i ^ (n % 8) of the
-// half, p = 8h + q, whose word t is the x word at piece_word_element(p, t):
-// four 4-byte loads, which the 8 rows' 2 KB of x serve from L1. Padding rows (sorted pair -1) and columns at or past H
-// (a multiple of 32) are zeros. (Lanes that each stored their own four pieces
-// of a row wrote every 32-byte sector in two 16-byte halves from different
-// instructions, and the kernel ran at a third of the DRAM bandwidth.)
+// half, p = 8h + q, whose word t is the x word at piece_word_element(p, t, width):
+// four 4-byte loads, which the 8 rows' 2 KB of x serve from L1. Padding rows
+// (sorted pair -1) and columns at or past H (a multiple of 32) are zeros.
+// (Lanes that each stored their own four pieces of a row wrote every 32-byte
+// sector in two 16-byte halves from different instructions, and the kernel
+// ran at a third of the DRAM bandwidth.)
 __global__ void __launch_bounds__(kPackThreads)
 sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int32_t* __restrict__ sorted_pair,
                       const int32_t* __restrict__ num_tiles, int bn, int k_padded, uint8_t* __restrict__ out) {
   smxx::wait_for_previous_kernels();  // the schedule comes from the grouping kernel
   smxx::allow_next_kernel();
-  const int chunks = k_padded / kChunk, lane = threadIdx.x % 32, i = lane % 8;
+  const int chunks = chunk_count(k_padded), lane = threadIdx.x % 32, i = lane % 8;
   const int tasks = *num_tiles * (bn / 8) * chunks, warps = gridDim.x * (kPackThreads / 32);
   for (int task = blockIdx.x * (kPackThreads / 32) + threadIdx.x / 32; task < tasks; task += warps) {
     const int m = task / chunks, c = task - m * chunks, tile = 8 * m / bn, n0 = 8 * m - tile * bn;
-    uint8_t* const atom = out + (int64_t(tile) * chunks + c) * stage_bytes(bn) + n0 * 128 + 16 * lane;
+    const int width = chunk_width(k_padded, c);
+    uint8_t* const atom =
+        out + tile * packed_tile_bytes(bn, k_padded) + int64_t(c) * stage_bytes(bn) + n0 * 128 + 16 * lane;
     // The lane's two rows: nn = L / 8 (stores 0, 2) and 4 + L / 8 (stores 1, 3).
     const uint32_t* src[2];
     for (int r = 0; r < 2; ++r) {
@@ -51,11 +55,12 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int h = s / 2, nn = 4 * (s % 2) + lane / 8, p = 8 * h + (i ^ nn);
+      if (64 * h >= width) break;
       const uint32_t* row = src[s % 2];
       uint32_t v[4];
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        const int e = piece_word_element(p, t);  // element of the chunk
+        const int e = piece_word_element(p, t, width);  // element of the chunk
         v[t] = row != nullptr && c * kChunk + e < H ? __ldg(row + e / 2) : 0u;
       }
       *reinterpret_cast<uint4*>(atom + h * bn * 128 + 512 * (s % 2)) = make_uint4(v[0], v[1], v[2], v[3]);
@@ -123,9 +128,11 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
     return Status::Unsupported(fmt::format("sm90: {} experts, at most {} supported", E, smxx::kMaxExperts));
   if (k < 1 || k > 8 || k > E)
     return Status::Unsupported(fmt::format("sm90: topk = {} outside [1, min(8, experts)]", k));
-  if (H % 32 != 0 || Hp % kChunk != 0 || Ip % kChunk != 0 || Hp < H || Ip < s.intermediate)
+  if (H % 32 != 0 || Hp % kTailChunk != 0 || Ip % kTailChunk != 0 || Hp < H || Ip < s.intermediate ||
+      (E * Hp) % kTileRows != 0)
     return Status::InvalidArgument(fmt::format(
-        "sm90: H = {} must be a multiple of 32 and Hp = {}, Ip = {} multiples of {}", H, Hp, Ip, kChunk));
+        "sm90: H = {} must be a multiple of 32, Hp = {} and Ip = {} multiples of {}, and E * Hp of {}", H, Hp, Ip,
+        kTailChunk, kTileRows));
   if (T * k >= (int64_t(1) << 31) / 2)
     return Status::Unsupported(fmt::format("sm90: tokens * topk = {} too large", T * k));
   if (!a.x || !a.y) return Status::InvalidArgument("sm90: null x or y");
@@ -179,7 +186,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
     return Status::InvalidArgument(fmt::format("sm90: workspace of {} bytes, {} needed", workspace_size, l.total));
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
     return Status::InvalidArgument("sm90: workspace must be 256-byte aligned");
-  const int64_t pack_tasks = l.rows / 8 * (Hp / kChunk);  // (8 tile rows, chunk) pairs, at most
+  const int64_t pack_tasks = l.rows / 8 * chunk_count(Hp);  // (8 tile rows, chunk) pairs, at most
   if (pack_tasks >= (int64_t(1) << 31))                      // the pack kernel's 32-bit task index
     return Status::Unsupported(fmt::format("sm90: {} tile rows of K = {} too large", l.rows, Hp));
   bool overlap = false;
@@ -241,7 +248,8 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
   const int blocks = sms * blocks_per_sm(tile);
-  const int grid1 = int(std::min<int64_t>(blocks, l.max_tiles * (2 * Ip / kTileRows)));
+  auto row_tiles = [](int64_t rows) { return (rows + kTileRows - 1) / kTileRows; };
+  const int grid1 = int(std::min<int64_t>(blocks, l.max_tiles * row_tiles(2 * Ip)));
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_sm90_mxfp4_gemm(g1, tile, true, grid1, overlap, stream), "GEMM1 launch"));
 
@@ -257,7 +265,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g2.act_out = nullptr;
   g2.y_out = ypair;
   g2.n_valid = int(H);
-  const int grid2 = int(std::min<int64_t>(blocks, l.max_tiles * (Hp / kTileRows)));
+  const int grid2 = int(std::min<int64_t>(blocks, l.max_tiles * row_tiles(Hp)));
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_sm90_mxfp4_gemm(g2, tile, false, grid2, overlap, stream), "GEMM2 launch"));
 

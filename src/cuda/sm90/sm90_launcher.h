@@ -28,8 +28,8 @@
 namespace mxmoe::sm90 {
 
 // Weights on the device in the layout of make_plan(BackendKind::kSm90, shape):
-// the portable layout (see portable::DeviceWeights) with H and I padded to
-// multiples of 128.
+// the portable layout (see portable::DeviceWeights), H and I padded to
+// multiples of 64, codes in 128-row tiles (kMmaRowTiles128).
 struct DeviceWeights {
   portable::DeviceWeights base;
   // Whether some E8M0 scale byte of the tensor is >= 128: such scales need a

@@ -65,31 +65,50 @@ inline constexpr int kCodeStageBytes = kTileRows / kGroupRows * kGroupChunkBytes
 static_assert(kTileRows == 64 * kConsumerWarpgroups, "a consumer warpgroup's wgmma covers 64 rows (m64)");
 static_assert(kCodeStageBytes == kTileRows * kChunk / 2, "two E2M1 codes per byte");
 
+// ---- K chunks ----------------------------------------------------------------
+// K (padded to a multiple of 64) is walked in 128-wide chunks, the last one 64
+// wide when K % 128 == 64 (the tail): H = 2880 is 22 chunks and a tail, not
+// 23 chunks of which the last is half padding. A tail chunk is a 128-wide
+// chunk cut in half everywhere: a lane owns 16 physical elements instead of
+// 32 (two code words, half an MX block), a group's codes are 512 bytes
+// ([row of the pair][lane][8 bytes]), the tile's 4 KB, and the activations
+// one 64-wide half of a stage image (4 k16 steps).
+inline constexpr int kTailChunk = 64;
+MXMOE_SM90_HD constexpr int chunk_count(int64_t k_padded) { return int((k_padded + kChunk - 1) / kChunk); }
+MXMOE_SM90_HD constexpr int chunk_width(int64_t k_padded, int c) {
+  return k_padded - int64_t(c) * kChunk < kChunk ? kTailChunk : kChunk;
+}
+// Code bytes of one row group's / one 128-row tile's chunk of `width`.
+MXMOE_SM90_HD constexpr int group_chunk_bytes(int width) { return kGroupRows * width / 2; }
+MXMOE_SM90_HD constexpr int code_chunk_bytes(int width) { return kTileRows * width / 2; }
+static_assert(group_chunk_bytes(kChunk) == kGroupChunkBytes && code_chunk_bytes(kChunk) == kCodeStageBytes,
+              "a full chunk's code image");
+
 // ---- K order of the activation operand ---------------------------------------
 // The weights are the wgmma A operand, from registers. Thread (g, t) of a warp
 // (lane 4g + t) holds, for the k16 step s of a chunk, rows g and g + 8 of the
 // warp's 16 rows and the operand k {16s + 2t, 16s + 2t + 1} (a0 / a1) and
 // {16s + 2t + 8, 16s + 2t + 9} (a2 / a3). The code layout (kMmaRowGroups16)
-// gives lane t the physical elements [32t, 32t + 32) of the chunk as four
-// words, word w's pair i being the elements (8w + 2i, 8w + 2i + 1)
-// (src/prepare/pair_bits.h). Step s takes word s / 2: pair 2 (s % 2) for
-// a0 / a1, pair 2 (s % 2) + 1 for a2 / a3. So operand k = 16s + 2t + 8p + b
-// (p: a2/a3, b: the high half of the pair) is the physical element
-// 32t + 8 (s / 2) + 4 (s % 2) + 2p + b, and the activations are stored in
-// that order: a dot product is unchanged when both operands' K is permuted
-// alike.
-MXMOE_SM90_HD constexpr int physical_k(int k) {
+// gives lane t the physical elements [32t, 32t + 32) of a 128-wide chunk as
+// four words ([16t, 16t + 16) of a 64-wide tail, as two), word w's pair i
+// being the elements (8w + 2i, 8w + 2i + 1) (src/prepare/pair_bits.h). Step s
+// takes word s / 2: pair 2 (s % 2) for a0 / a1, pair 2 (s % 2) + 1 for
+// a2 / a3. So operand k = 16s + 2t + 8p + b (p: a2/a3, b: the high half of
+// the pair) is the physical element (width / 4) t + 8 (s / 2) + 4 (s % 2) +
+// 2p + b, and the activations are stored in that order: a dot product is
+// unchanged when both operands' K is permuted alike.
+MXMOE_SM90_HD constexpr int physical_k(int k, int width = kChunk) {
   const int s = k >> 4, t = (k >> 1) & 3, p = (k >> 3) & 1, b = k & 1;
-  return 32 * t + 8 * (s >> 1) + 4 * (s & 1) + 2 * p + b;
+  return (width / 4) * t + 8 * (s >> 1) + 4 * (s & 1) + 2 * p + b;
 }
 // The code word and pair (pair_bits::e2m1_pair_bits) that feed register `reg`
 // (0..3: a0..a3) of k16 step s; a1 and a3 come from the second row (g + 8).
 MXMOE_SM90_HD constexpr int a_word(int s) { return s >> 1; }
 MXMOE_SM90_HD constexpr int a_pair(int s, int reg) { return 2 * (s & 1) + (reg >> 1); }
 MXMOE_SM90_HD constexpr bool a_second_row(int reg) { return (reg & 1) != 0; }
-// The inverse of physical_k: operand k of physical element e = 32t + 8w + i.
-MXMOE_SM90_HD constexpr int logical_k(int e) {
-  const int t = e >> 5, w = (e >> 3) & 3, i = e & 7;
+// The inverse of physical_k: operand k of physical element e = (width / 4) t + 8w + i.
+MXMOE_SM90_HD constexpr int logical_k(int e, int width = kChunk) {
+  const int t = e / (width / 4), w = (e >> 3) & (width / 32 - 1), i = e & 7;
   const int pair = i >> 1, b = i & 1;
   return 32 * w + 8 * pair + 2 * t + b;
 }
@@ -106,17 +125,23 @@ MXMOE_SM90_HD constexpr int stage_offset(int bn, int n, int k) {
 // ---- Packed activations in global memory --------------------------------------
 // [token tile][chunk][stage image]: physical element e of token row n of tile
 // `tile`, rows of `k_padded` elements. Stage (tile, chunk) is one contiguous
-// stage_bytes(bn) copy.
+// copy of stage_bytes(bn), or of its first half for a tail chunk, so a token
+// tile's stages take bn * k_padded * 2 bytes.
+MXMOE_SM90_HD constexpr int64_t packed_tile_bytes(int bn, int64_t k_padded) { return int64_t(bn) * k_padded * 2; }
 MXMOE_SM90_HD constexpr int64_t packed_offset(int bn, int64_t k_padded, int64_t tile, int n, int64_t e) {
-  return (tile * (k_padded / kChunk) + e / kChunk) * stage_bytes(bn) + stage_offset(bn, n, logical_k(int(e % kChunk)));
+  const int c = int(e / kChunk);
+  return tile * packed_tile_bytes(bn, k_padded) + int64_t(c) * stage_bytes(bn) +
+         stage_offset(bn, n, logical_k(int(e % kChunk), chunk_width(k_padded, c)));
 }
 
 // The pack kernel's gather: operand k [32w, 32w + 32) of a row come from the
-// physical 8-element pieces (t, w), t = 0..3 (elements 32t + 8w + i), and the
-// 16-byte operand piece p = 4w + j (0..15) of a chunk holds, as its word t,
+// physical 8-element pieces (t, w), t = 0..3 (elements (width / 4) t + 8w + i),
+// and the 16-byte operand piece p = 4w + j of a chunk holds, as its word t,
 // the pair (x_2j, x_2j+1) of piece (t, w): the x word of physical elements
-// piece_word_element(p, t) and the next (even element in the low half).
-MXMOE_SM90_HD constexpr int piece_word_element(int p, int t) { return 32 * t + 8 * (p >> 2) + 2 * (p & 3); }
+// piece_word_element(p, t, width) and the next (even element in the low half).
+MXMOE_SM90_HD constexpr int piece_word_element(int p, int t, int width = kChunk) {
+  return (width / 4) * t + 8 * (p >> 2) + 2 * (p & 3);
+}
 
 // ---- wgmma shared-memory descriptor of the activation operand -------------------
 // For the k16 step s (0..7) of the stage at shared address `stage`

@@ -36,6 +36,7 @@
 
 #include <cuda_bf16.h>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smxx_mxfp4_dequant.cuh"
@@ -64,14 +65,16 @@ struct RegisterBudget {
 namespace detail {
 
 // Chunk c's A fragments of this thread: rows g (lo) and g + 8 (hi) of the
-// warp's 16 rows, from its 16 code bytes per row (4 words, one MX block: the
-// lane's 32 physical elements of the chunk) and the two rows' scales.
-// a[s] = {a0, a1, a2, a3} of k16 step s: word s/2, pairs 2(s%2) (a0 lo, a1 hi)
-// and 2(s%2)+1 (a2 lo, a3 hi) (a_word, a_pair), which is why the activations
-// are stored in the K order of logical_k (sm90_layout.h).
-template <bool kTwoStep>
+// warp's 16 rows, from its kWords code words per row (4: the lane's 32
+// physical elements of a 128-wide chunk, one MX block; 2: its 16 of a 64-wide
+// tail) and the two rows' scales.
+// a[s] = {a0, a1, a2, a3} of k16 step s < 2 kWords: word s/2, pairs 2(s%2)
+// (a0 lo, a1 hi) and 2(s%2)+1 (a2 lo, a3 hi) (a_word, a_pair), which is why
+// the activations are stored in the K order of logical_k (sm90_layout.h).
+template <bool kTwoStep, int kWords>
 __device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& hi, uint32_t s_lo, uint32_t s_hi,
                                                  uint32_t (&a)[8][4]) {
+  static_assert(kWords == 4 || kWords == 2, "a 128-wide chunk or a 64-wide tail");
   const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
   smxx::ScaleFactor fl, fh;
   if constexpr (kTwoStep) {
@@ -87,7 +90,7 @@ __device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& h
     return v;
   };
 #pragma unroll
-  for (int s = 0; s < 8; ++s)
+  for (int s = 0; s < 2 * kWords; ++s)
 #pragma unroll
     for (int reg = 0; reg < 4; ++reg)
       a[s][reg] = a_second_row(reg) ? deq(wh[a_word(s)], a_pair(s, reg), fh) : deq(wl[a_word(s)], a_pair(s, reg), fl);
@@ -108,47 +111,76 @@ struct Smem {
   __device__ const uint8_t* item(int b) const { return ptr + l.items + b * l.item_stride; }
 };
 
-// The item sequence both roles walk: item = token tile * row tiles + row tile.
+// The item sequence both roles walk: item = token tile * row tiles + row
+// tile. chunks = full 128-wide chunks, then `tail` 64-wide ones (0 or 1).
 struct Items {
-  int count, row_tiles, chunks;
+  int count, row_tiles, chunks, tail;
 };
+
+// Weight rows of row tile rt: 128, or 64 for an expert's last tile when
+// n_rows % 128 == 64 (the producer then copies its rows twice).
+__device__ __forceinline__ int tile_rows(const GemmParams& p, int rt) { return min(kTileRows, p.n_rows - rt * kTileRows); }
 
 // Producer: one warp; its lane 0 posts each phase's transaction bytes and
 // issues the phase's copies: per item its buffer (scales, the epilogue's
 // column metadata, bias), per chunk the tile's codes, then the activations.
-// Two copies per chunk: with one per row group (nine) the producer was busy
-// issuing most of a chunk at 16-token tiles and held them ~25% longer.
+// One copy of codes per chunk where the tile is a tile of the layout: with one
+// per row group (nine copies a chunk) the producer was busy issuing most of a
+// chunk at 16-token tiles and held them ~25% longer. The layout's 128-row
+// tiles run over all experts' rows, so with n_rows % 128 == 64 an odd
+// expert's tiles start half-way into one: their codes are two copies of four
+// groups each (the second half of layout tile L, the first of L + 1). An
+// expert's last tile then holds 64 rows, copied twice so that both consumer
+// warpgroups read defined codes, scales and bias.
 template <int BN>
 __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, const Items& it, int lane) {
-  constexpr uint32_t kActBytes = stage_bytes(BN);
   const int64_t code_row = p.k / 2, scale_row = p.k / 32;
-  const uint32_t scale_bytes = uint32_t(item_scale_bytes(p.k));
+  const int chunks = it.chunks + it.tail;
   int s = 0;
   uint32_t phase = 0;
   int seq = 0;
   for (int item = blockIdx.x; item < it.count; item += gridDim.x, ++seq) {
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int64_t row0 = int64_t(p.tile_expert[tt]) * p.n_rows + int64_t(rt) * kTileRows;
+    const int rows = tile_rows(p, rt);
     const int b = seq & 1;
     ptx::mbar_wait(sm.item_empty(b), ((seq >> 1) & 1) ^ 1);
     if (lane == 0) {
+      // A 64-row tile's scale and bias rows twice (the consumers' view of it).
       const uint32_t buf = sm.base + sm.l.items + b * sm.l.item_stride;
-      ptx::mbar_arrive_expect_tx(sm.item_full(b), scale_bytes + 4 * BN + 2 * kTileRows);
-      ptx::bulk_load(buf, p.scales + row0 * scale_row, scale_bytes, sm.item_full(b));
+      const uint32_t scale_bytes = uint32_t(rows * scale_row);
+      ptx::mbar_arrive_expect_tx(sm.item_full(b), uint32_t(item_scale_bytes(p.k)) + 4 * BN + 2 * kTileRows);
+      for (int r = 0; r < kTileRows; r += rows) {
+        ptx::bulk_load(buf + r * scale_row, p.scales + row0 * scale_row, scale_bytes, sm.item_full(b));
+        ptx::bulk_load(buf + sm.l.item_bias + 2 * r, p.bias + row0, 2 * rows, sm.item_full(b));
+      }
       ptx::bulk_load(buf + sm.l.item_cols, p.col_pair + int64_t(tt) * BN, 4 * BN, sm.item_full(b));
-      ptx::bulk_load(buf + sm.l.item_bias, p.bias + row0, 2 * kTileRows, sm.item_full(b));
     }
-    const uint8_t* codes = p.codes + row0 * code_row;
-    const uint8_t* act = p.act_in + int64_t(tt) * it.chunks * kActBytes;
-    for (int c = 0; c < it.chunks; ++c) {
+    // Layout tile of the item's first row, and the group it starts at (0 or 4).
+    const int first_group = int(row0 % kTileRows) / kGroupRows;
+    const uint8_t* layout_tile = p.codes + (row0 - row0 % kTileRows) * code_row;
+    const uint8_t* act = p.act_in + int64_t(tt) * packed_tile_bytes(BN, p.k);
+    for (int c = 0; c < chunks; ++c) {
       ptx::mbar_wait(sm.empty(s), phase ^ 1);
       // The thread that posts the phase's transaction bytes issues its copies
       // too: the stage's writes then follow its own acquire of "empty".
       if (lane == 0) {
-        ptx::mbar_arrive_expect_tx(sm.full(s), kCodeStageBytes + kActBytes);
-        ptx::bulk_load(sm.base + sm.l.codes + s * kCodeStageBytes, codes + int64_t(c) * kCodeStageBytes,
-                       kCodeStageBytes, sm.full(s));
-        ptx::bulk_load(sm.base + sm.l.act + s * kActBytes, act + int64_t(c) * kActBytes, kActBytes, sm.full(s));
+        const int width = c < it.chunks ? kChunk : kTailChunk;
+        const uint32_t group_bytes = group_chunk_bytes(width), act_bytes = BN * width * 2;
+        const uint32_t dst = sm.base + sm.l.codes + s * kCodeStageBytes;
+        const uint8_t* src = layout_tile + int64_t(c) * kCodeStageBytes + first_group * group_bytes;
+        ptx::mbar_arrive_expect_tx(sm.full(s), code_chunk_bytes(width) + act_bytes);
+        if (first_group == 0 && rows == kTileRows) {
+          ptx::bulk_load(dst, src, code_chunk_bytes(width), sm.full(s));
+        } else {
+          // Four groups, then the next four: groups 0-3 of the next layout
+          // tile, or for a 64-row tile the same four again.
+          const uint8_t* second = rows < kTileRows ? src : src - 4 * group_bytes + kTileRows * code_row;
+          ptx::bulk_load(dst, src, 4 * group_bytes, sm.full(s));
+          ptx::bulk_load(dst + 4 * group_bytes, second, 4 * group_bytes, sm.full(s));
+        }
+        ptx::bulk_load(sm.base + sm.l.act + s * stage_bytes(BN), act + int64_t(c) * stage_bytes(BN), act_bytes,
+                       sm.full(s));
       }
       if (++s == sm.stages) {
         s = 0;
@@ -220,67 +252,92 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
 // while chunk c's group may still run. With two blocks per SM (104 registers)
 // one set: the thread waits for its chunk's group before the next (loading
 // the next chunk's codes and scales meanwhile), and the other block's warps
-// fill the scheduler.
+// fill the scheduler. In a 64-row tile the second warpgroup computes the
+// first one's rows again (the producer repeats them) and its epilogue stores
+// nothing: they lie past n_valid. Letting it skip the chunks instead put a
+// branch on the warpgroup index around the loop, and ptxas then moved the
+// stage index and the wgmma descriptors off the uniform datapath (R2UR per
+// wgmma, 13% more instructions a chunk; 12-16% slower at 16- to 64-token
+// tiles, same-call A/B).
 template <int BN, bool kSwiglu, bool kTwoStep>
 __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, const Items& it, int q, int w,
                                         int lane) {
   constexpr bool kTwoSets = blocks_per_sm(BN) == 1;
   constexpr int kAcc = BN / 2;
-  constexpr uint32_t kActBytes = stage_bytes(BN);
   static_assert(kAcc * 128 == 64 * BN, "an m64nN f32 accumulator is N/2 registers per thread");
   const int g = lane >> 2, t = lane & 3, group = 4 * q + w;
   const int64_t scale_row = p.k / 32;
+  const int chunks = it.chunks + it.tail;
   float acc[kAcc];
   uint32_t a0[8][4], a1[8][4];
   int s = 0;
   uint32_t phase = 0;
   int seq = 0;
+  auto advance = [&]() {
+    if (++s == sm.stages) {
+      s = 0;
+      phase ^= 1;
+    }
+  };
   for (int item = blockIdx.x; item < it.count; item += gridDim.x, ++seq) {
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int b = seq & 1;
     ptx::mbar_wait(sm.item_full(b), (seq >> 1) & 1);
-    // Scale byte of row 2g (lo) of the group for chunk c: scales_lo[4c]; the
-    // lane's MX block of the chunk is block 4c + t.
-    const uint8_t* scales_lo = sm.item(b) + (kGroupRows * group + 2 * g) * scale_row + t;
+    // Scale bytes of row 2g (lo) of the group: the lane's MX block of chunk c
+    // is block 4c + t, of the tail block 4c + t / 2.
+    const uint8_t* scales_lo = sm.item(b) + (kGroupRows * group + 2 * g) * scale_row;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     int prev = -1;  // stage of the previous chunk, released once its wgmmas completed
-    // The code words and scale bytes of chunk c, loaded once its stage is full.
+    // The code words and scale bytes of chunk c, loaded once its stage is full
+    // (the tail's two words a row in lo.x/y, hi.x/y). `tail` is a
+    // std::bool_constant: the full chunks' loop has no tail branches.
     uint4 lo, hi;
     uint32_t s_lo, s_hi;
-    auto load = [&](int c) {
+    auto load = [&](int c, auto tail) {
       ptx::mbar_wait(sm.full(s), phase);
-      const uint8_t* codes = sm.ptr + sm.l.codes + s * kCodeStageBytes + group * kGroupChunkBytes + lane * 16;
-      lo = *reinterpret_cast<const uint4*>(codes);
-      hi = *reinterpret_cast<const uint4*>(codes + kGroupChunkBytes / 2);
-      s_lo = scales_lo[4 * c];
-      s_hi = scales_lo[scale_row + 4 * c];
+      const uint8_t* stage = sm.ptr + sm.l.codes + s * kCodeStageBytes;
+      int block = 4 * c + t;
+      if constexpr (!decltype(tail)::value) {
+        const uint8_t* codes = stage + group * kGroupChunkBytes + lane * 16;
+        lo = *reinterpret_cast<const uint4*>(codes);
+        hi = *reinterpret_cast<const uint4*>(codes + kGroupChunkBytes / 2);
+      } else {
+        constexpr int kBytes = group_chunk_bytes(kTailChunk);
+        const uint8_t* codes = stage + group * kBytes + lane * 8;
+        const uint2 l2 = *reinterpret_cast<const uint2*>(codes);
+        const uint2 h2 = *reinterpret_cast<const uint2*>(codes + kBytes / 2);
+        lo = make_uint4(l2.x, l2.y, 0u, 0u);
+        hi = make_uint4(h2.x, h2.y, 0u, 0u);
+        block = 4 * c + t / 2;
+      }
+      s_lo = scales_lo[block];
+      s_hi = scales_lo[scale_row + block];
     };
-    auto issue = [&](uint32_t(&a)[8][4]) {
-      const uint64_t desc0 = b_descriptor(sm.base + sm.l.act + s * kActBytes, BN, 0);
+    // Dequantise and issue the loaded chunk from A set a: 8 k16 steps, or 4
+    // for the tail.
+    auto compute = [&](uint32_t(&a)[8][4], auto tail) {
+      constexpr int kSteps = decltype(tail)::value ? 4 : 8;
+      dequantise_chunk<kTwoStep, kSteps / 2>(lo, hi, s_lo, s_hi, a);
+      const uint64_t desc0 = b_descriptor(sm.base + sm.l.act + s * stage_bytes(BN), BN, 0);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < 8; ++k)
+      for (int k = 0; k < kSteps; ++k)
         ptx::Wgmma<BN>::mma(acc, a[k][0], a[k][1], a[k][2], a[k][3], desc0 + b_descriptor_step(BN, k));
       ptx::wgmma_commit();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
     };
-    auto advance = [&]() {
-      if (++s == sm.stages) {
-        s = 0;
-        phase ^= 1;
-      }
-    };
+    constexpr std::false_type kFull{};
+    constexpr std::true_type kTail{};
     if constexpr (kTwoSets) {
       // Every consumer thread arrives: an arrival releases only its own
       // thread's reads of the stage to the producer's next bulk copy.
-      auto step = [&](int c, uint32_t(&a)[8][4]) {
-        load(c);
-        dequantise_chunk<kTwoStep>(lo, hi, s_lo, s_hi, a);
-        issue(a);
+      auto step = [&](int c, uint32_t(&a)[8][4], auto tail) {
+        load(c, tail);
+        compute(a, tail);
         ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
         if (prev >= 0) ptx::mbar_arrive(sm.empty(prev));
         prev = s;
@@ -288,10 +345,14 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       };
       int c = 0;
       for (; c + 1 < it.chunks; c += 2) {
-        step(c, a0);
-        step(c + 1, a1);
+        step(c, a0, kFull);
+        step(c + 1, a1, kFull);
       }
-      if (c < it.chunks) step(c, a0);
+      if (c < it.chunks) step(c, a0, kFull);
+      if (it.tail) {
+        ptx::wgmma_wait<0>();  // the last full chunk's A set is free
+        step(it.chunks, a0, kTail);
+      }
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
@@ -300,17 +361,30 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       // One A set: the warp waits for its chunk's group before the next
       // dequantisation, and loads the next chunk's codes and scales while
       // that group runs.
-      load(0);
-      for (int c = 0; c < it.chunks; ++c) {
-        dequantise_chunk<kTwoStep>(lo, hi, s_lo, s_hi, a0);
-        issue(a0);
-        const int done = s;
-        advance();
-        if (c + 1 < it.chunks) load(c + 1);
+      auto retire = [&](int done) {
         ptx::wgmma_wait<0>();  // this chunk's group is done: its A registers and stage are free
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
         ptx::mbar_arrive(sm.empty(done));
+      };
+      if (it.chunks > 0) load(0, kFull);
+      for (int c = 0; c < it.chunks; ++c) {
+        compute(a0, kFull);
+        const int done = s;
+        advance();
+        if (c + 1 < it.chunks) load(c + 1, kFull);
+        retire(done);
+      }
+      // The tail after the loop, its load not overlapped: a tail load in the
+      // loop (the next chunk's, while this one's group runs) cost 12-16% at
+      // 16- to 64-token tiles (same-call A/B), likely the loop's code at the
+      // 80 registers ptxas compiles it to.
+      if (it.tail) {
+        load(it.chunks, kTail);
+        compute(a0, kTail);
+        const int done = s;
+        advance();
+        retire(done);
       }
     }
     finish_item<BN, kSwiglu>(p, acc, sm.item(b), sm.l, tt, rt, q, w, g, t);
@@ -346,8 +420,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(BN))
   __syncthreads();
   smxx::wait_for_previous_kernels();  // schedule and packed activations come from earlier kernels
   smxx::allow_next_kernel();
-  const int row_tiles = p.n_rows / kTileRows;
-  const detail::Items items{*p.num_tiles * row_tiles, row_tiles, p.k / kChunk};
+  const int row_tiles = (p.n_rows + kTileRows - 1) / kTileRows;
+  const detail::Items items{*p.num_tiles * row_tiles, row_tiles, p.k / kChunk, (p.k % kChunk) / kTailChunk};
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   if (warpgroup == 0) {
     ptx::setmaxnreg_dec<Budget::kProducer>();

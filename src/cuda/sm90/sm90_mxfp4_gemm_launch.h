@@ -9,17 +9,18 @@ namespace mxmoe::sm90 {
 
 struct GemmParams {
   // Weights [E, n_rows, k] in the sm90 prepared layout: codes in
-  // WeightSwizzle::kMmaRowTiles128 order (a 128-row tile's chunk c is the 8 KB
-  // at 8192c from the tile's first row, k/2 bytes a row), dense E8M0 scales
+  // WeightSwizzle::kMmaRowTiles128 order (a 128-row tile of all E * n_rows
+  // rows has its chunk c at 8192c from the tile's first row, k/2 bytes a row,
+  // and a 64-wide tail chunk's 4 KB after the full chunks), dense E8M0 scales
   // (row stride k/32 bytes), bf16 bias [E, n_rows].
   const uint8_t* codes;
   const uint8_t* scales;
   const uint16_t* bias;
-  int n_rows;         // multiple of 128 (block tile rows)
-  int k;              // padded K, multiple of 128 (one stage per 128)
+  int n_rows;         // multiple of 64; E * n_rows a multiple of 128 (the layout's tiles)
+  int k;              // padded K, multiple of 64 (a stage per 128, the last one 64 wide when K % 128 == 64)
   bool large_scales;  // some scale byte >= 128: the two-multiply dequantisation
   int stages;         // shared-memory ring depth (pipeline_stages)
-  // Activations in, packed per sm90_layout.h ([token tile][k / 128][stage]).
+  // Activations in, packed per sm90_layout.h ([token tile][chunk][stage]).
   const uint8_t* act_in;
   // Schedule of the grouping kernel (token tiles of the kernel's token tile).
   const int32_t* tile_expert;
