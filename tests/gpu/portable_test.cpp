@@ -101,7 +101,7 @@ TEST_F(PortableGpu, FusedRouter) {
   check_case({{8, 160, 160, 2}, 129, RouteMode::kRouter, 500});
   check_case({{128, 320, 224, 8}, quick_sweep() ? 64 : 1000, RouteMode::kRouter, 501});
   check_case({{32, 2880, 736, 4}, quick_sweep() ? 7 : 64, RouteMode::kRouter, 502});
-  // From 1024 tokens the router kernel takes four tokens a block: 1031 ends on a block of three.
+  // The router kernel takes 16 tokens a block: 1031 ends on a block of seven.
   check_case({{8, 160, 160, 2}, 1031, RouteMode::kRouter, 503});
 }
 

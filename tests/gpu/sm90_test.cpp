@@ -184,7 +184,7 @@ TEST_F(Sm90Gpu, MostExpertsEmpty) {
 TEST_F(Sm90Gpu, FusedRouter) {
   check_case({{8, 160, 160, 4}, 129, RouteMode::kRouter, 500, kWgmma64});
   check_case({{128, 320, 224, 4}, quick_sweep() ? 64 : 1000, RouteMode::kRouter, 501, kWgmma128});
-  check_case({{8, 160, 160, 4}, 1031, RouteMode::kRouter, 502, kWgmma128});  // four-token router blocks
+  check_case({{8, 160, 160, 4}, 1031, RouteMode::kRouter, 502, kWgmma128});  // a last router block of 7 tokens
 }
 
 TEST_F(Sm90Gpu, ExtremeScales) {

@@ -14,7 +14,8 @@
 namespace mxmoe::smxx {
 namespace {
 
-constexpr int kRouterThreads = 1024;
+constexpr int kRouterThreads = 256;
+constexpr int kRouterTokens = 16;
 constexpr int kGroupThreads = 1024;
 constexpr int kCombineThreads = 256;
 
@@ -95,54 +96,90 @@ __device__ __forceinline__ void warp_topk(const float* __restrict__ lg, int E, i
   }
 }
 
-// A block per kTokens tokens: logits = x W^T + b in fp32 (the tokens' x kept
-// in shared memory as fp32; a warp per expert at a time, lanes over H, each
-// lane's products in the order h = 2 lane + 64 i, a fixed shuffle tree), then
-// a warp per token takes the top-k and the softmax (warp_topk). Each router
-// weight row read serves the block's tokens, and 32 warps split the experts.
-// A token's logits do not depend on kTokens: the same products in the same order.
-template <int kTokens>
+// bf16 mma.m16n8k16 with fp32 accumulators (SM80+): d += a b.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A block per 16 tokens: logits = x W^T + b on the tensor cores (bf16
+// products are exact in fp32, summed in fp32), then a warp per token takes
+// the top-k and the softmax (warp_topk). x is the mma A operand (16 tokens x
+// k16) and W^T the B operand (k16 x 8 experts), both read from their rows as
+// stored. A dot product does not change when both operands' K is permuted
+// alike, so within each 32-wide K chunk thread t takes the physical elements
+// [8t, 8t + 8) of its rows with one 16-byte load: words 0 / 1 are its k
+// {2t, 2t + 1} / {2t + 8, 2t + 9} of the chunk's first k16 step, words 2 / 3
+// of the second. (4-byte fragment loads, one per register, kept one block's
+// loads at 8 L1 wavefronts per instruction: 53 µs at T = 1 on 32 experts.)
+// The 8 warps split the experts' 8-wide n-tiles kSplitN ways (n-tile j to
+// warp j % kSplitN, at most 8 tiles a warp) and the K chunks 8 / kSplitN
+// ways; the slices' partial sums are added in slice order through shared
+// memory. The split depends on E only, and an mma's output element does not
+// depend on the other rows of its tile, so a token's logits do not depend on
+// T or on its tile.
+template <int kSplitN>
 __global__ void __launch_bounds__(kRouterThreads)
 smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* __restrict__ rw,
                  int64_t rw_stride, const uint16_t* __restrict__ rb, int E, int k,
                  int32_t* __restrict__ ids, float* __restrict__ weights) {
-  extern __shared__ float smem[];
-  float* xs = smem;                    // [kTokens][H]
-  float* logits = smem + kTokens * H;  // [kTokens][E]
-  const int tok0 = blockIdx.x * kTokens, tokens = min(kTokens, T - tok0);
+  constexpr int kWarps = kRouterThreads / 32, kSplitK = kWarps / kSplitN, kTilesPerWarp = 8;
+  static_assert(kWarps % kSplitN == 0 && kRouterTokens == 16, "16-token blocks, warps split N x K");
+  extern __shared__ float part[];  // [kSplitK][16][E]; slice 0 becomes the logits
+  const int tok0 = blockIdx.x * kRouterTokens, tokens = min(kRouterTokens, T - tok0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int wn = warp % kSplitN, wk = warp / kSplitN, n_tiles = (E + 7) / 8, chunks = H / 32;
   wait_for_previous_kernels();
   allow_next_kernel();
-  for (int i = threadIdx.x; i < tokens * H; i += kRouterThreads) xs[i] = bf16f(x[int64_t(tok0) * H + i]);
-  __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int e = warp; e < E; e += kRouterThreads / 32) {
-    const uint16_t* wr = rw + int64_t(e) * rw_stride;
-    float acc[kTokens];
+  // A rows g and g + 8 (tokens past T read as 0); B columns: expert 8j + g of each n-tile.
+  const uint4* xr[2];
+  for (int h = 0; h < 2; ++h)
+    xr[h] = g + 8 * h < tokens ? reinterpret_cast<const uint4*>(x + int64_t(tok0 + g + 8 * h) * H) : nullptr;
+  const uint4* wr[kTilesPerWarp];
 #pragma unroll
-    for (int j = 0; j < kTokens; ++j) acc[j] = 0.f;
-#pragma unroll 4
-    for (int h = 2 * lane; h < H; h += 64) {
-      const uint32_t w2 = __ldg(reinterpret_cast<const uint32_t*>(wr + h));
-      const float w_lo = bf16f(uint16_t(w2 & 0xFFFF)), w_hi = bf16f(uint16_t(w2 >> 16));
+  for (int i = 0; i < kTilesPerWarp; ++i) {
+    const int j = wn + kSplitN * i, e = 8 * j + g;
+    wr[i] = j < n_tiles && e < E ? reinterpret_cast<const uint4*>(rw + int64_t(e) * rw_stride) : nullptr;
+  }
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  float acc[kTilesPerWarp][4] = {};
+  for (int c = wk; c < chunks; c += kSplitK) {
+    const int v = 4 * c + t;  // the thread's 16 bytes of the chunk
+    const uint4 lo = xr[0] ? __ldg(xr[0] + v) : zero, hi = xr[1] ? __ldg(xr[1] + v) : zero;
+    uint4 b[kTilesPerWarp];
 #pragma unroll
-      for (int j = 0; j < kTokens; ++j) {
-        acc[j] = fmaf(w_lo, xs[j * H + h], acc[j]);
-        acc[j] = fmaf(w_hi, xs[j * H + h + 1], acc[j]);
-      }
+    for (int i = 0; i < kTilesPerWarp; ++i) b[i] = wr[i] ? __ldg(wr[i] + v) : zero;
+    const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+    for (int i = 0; i < kTilesPerWarp; ++i) {
+      if (wn + kSplitN * i >= n_tiles) break;  // warp-uniform
+      mma_bf16_16816(acc[i], a0, b[i].x, b[i].y);
+      mma_bf16_16816(acc[i], a1, b[i].z, b[i].w);
     }
+  }
+  // c0 / c1: token g, experts 8j + 2t, 8j + 2t + 1; c2 / c3: token g + 8.
 #pragma unroll
-    for (int j = 0; j < kTokens; ++j) {
+  for (int i = 0; i < kTilesPerWarp; ++i) {
+    const int j = wn + kSplitN * i;
+    if (j >= n_tiles) break;
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-    }
-    if (lane == 0) {
-      const float b = bf16f(rb[e]);
-#pragma unroll
-      for (int j = 0; j < kTokens; ++j) logits[j * E + e] = acc[j] + b;
+    for (int c = 0; c < 4; ++c) {
+      const int tok = g + 8 * (c >> 1), e = 8 * j + 2 * t + (c & 1);
+      if (e < E) part[(wk * kRouterTokens + tok) * E + e] = acc[i][c];
     }
   }
   __syncthreads();
-  if (warp < tokens) warp_topk(logits + warp * E, E, k, lane, ids + int64_t(tok0 + warp) * k, weights + int64_t(tok0 + warp) * k);
+  for (int i = threadIdx.x; i < kRouterTokens * E; i += kRouterThreads) {
+    float sum = part[i];
+    for (int q = 1; q < kSplitK; ++q) sum += part[q * kRouterTokens * E + i];
+    part[i] = sum + bf16f(rb[i % E]);
+  }
+  __syncthreads();
+  for (int tok = warp; tok < tokens; tok += kWarps)
+    warp_topk(part + tok * E, E, k, lane, ids + int64_t(tok0 + tok) * k, weights + int64_t(tok0 + tok) * k);
 }
 
 // One block: per-expert counts, a padded exclusive scan (each expert's rows
@@ -286,22 +323,22 @@ Status kernels_may_overlap(const char* who, bool* overlap) {
 Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_t* router_weight,
                           int64_t router_stride, const uint16_t* router_bias, int64_t E, int64_t k, int32_t* ids,
                           float* weights, bool overlap, cudaStream_t stream, const char* who) {
-  constexpr size_t kSmem = 48 * 1024;  // without opting in to more
-  const size_t per_token = size_t(H + E) * sizeof(float);
-  if (per_token > kSmem)
-    return Status::Unsupported(fmt::format("{}: router needs {} B of shared memory", who, per_token));
-  // Four tokens a block where they fit and the blocks still cover the SMs
-  // more than once; one otherwise (decode: many blocks, each short).
-  constexpr int64_t kFourTokenMinTokens = 1024;
-  auto launch = [&](auto kernel, int tokens_per_block) {
-    const int64_t blocks = (T + tokens_per_block - 1) / tokens_per_block;
-    return cuda_status(launch_kernel(kernel, dim3(unsigned(blocks)), dim3(kRouterThreads), per_token * tokens_per_block,
-                                     stream, overlap, x, int(T), int(H), router_weight, router_stride, router_bias,
-                                     int(E), int(k), ids, weights),
+  if (H % 32 != 0 || router_stride % 8 != 0 || E > kMaxExperts)
+    return Status::Unsupported(fmt::format("{}: router needs H % 32 == 0, a router row stride % 8 == 0 and at most {} "
+                                           "experts", who, kMaxExperts));
+  // Warps over the experts' 8-wide tiles, at most 8 tiles a warp; the rest split K.
+  const int64_t n_tiles = (E + 7) / 8;
+  const size_t smem_per_slice = size_t(kRouterTokens * E) * sizeof(float);
+  auto launch = [&](auto kernel, int split_n) {
+    return cuda_status(launch_kernel(kernel, dim3(unsigned((T + kRouterTokens - 1) / kRouterTokens)),
+                                     dim3(kRouterThreads), smem_per_slice * size_t(8 / split_n), stream, overlap, x,
+                                     int(T), int(H), router_weight, router_stride, router_bias, int(E), int(k), ids,
+                                     weights),
                        who, "router launch");
   };
-  if (T >= kFourTokenMinTokens && 4 * per_token <= kSmem) return launch(smxx_router_topk<4>, 4);
-  return launch(smxx_router_topk<1>, 1);
+  if (n_tiles <= 8) return launch(smxx_router_topk<1>, 1);
+  if (n_tiles <= 16) return launch(smxx_router_topk<2>, 2);
+  return launch(smxx_router_topk<4>, 4);
 }
 
 Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int tile, int32_t* sorted_pair,

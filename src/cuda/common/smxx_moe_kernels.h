@@ -23,9 +23,10 @@ Status cuda_status(cudaError_t err, const char* who, const char* what);
 // kernel's tail (programmatic dependent launch, SM90+).
 Status kernels_may_overlap(const char* who, bool* overlap);
 
-// logits = x W^T + b (fp32), top-k with ties to the lower id, softmax over the
-// k: ids and weights [tokens, k]. x bf16 [tokens, hidden]; router_weight bf16
-// [experts, router_stride]; k <= 8.
+// logits = x W^T + b (bf16 products on the tensor cores, fp32 sums), top-k
+// with ties to the lower id, softmax over the k: ids and weights [tokens, k].
+// x bf16 [tokens, hidden], 16-byte aligned; router_weight bf16 [experts,
+// router_stride]; hidden % 32 == 0, router_stride % 8 == 0, k <= 8.
 Status launch_router_topk(const uint16_t* x, int64_t tokens, int64_t hidden, const uint16_t* router_weight,
                           int64_t router_stride, const uint16_t* router_bias, int64_t experts, int64_t k,
                           int32_t* ids, float* weights, bool overlap, cudaStream_t stream, const char* who);
