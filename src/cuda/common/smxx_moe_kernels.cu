@@ -331,7 +331,8 @@ Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_
   const size_t smem_per_slice = size_t(kRouterTokens * E) * sizeof(float);
   auto launch = [&](auto kernel, int split_n) {
     return cuda_status(launch_kernel(kernel, dim3(unsigned((T + kRouterTokens - 1) / kRouterTokens)),
-                                     dim3(kRouterThreads), smem_per_slice * size_t(8 / split_n), stream, overlap, x,
+                                     dim3(kRouterThreads), smem_per_slice * size_t(kRouterThreads / 32 / split_n),
+                                     stream, overlap, x,
                                      int(T), int(H), router_weight, router_stride, router_bias, int(E), int(k), ids,
                                      weights),
                        who, "router launch");

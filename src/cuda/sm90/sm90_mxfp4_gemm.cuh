@@ -112,9 +112,10 @@ struct Smem {
 };
 
 // The item sequence both roles walk: item = token tile * row tiles + row
-// tile. chunks = full 128-wide chunks, then `tail` 64-wide ones (0 or 1).
+// tile; each item's K is full_chunks 128-wide chunks, then `tail` 64-wide
+// ones (0 or 1).
 struct Items {
-  int count, row_tiles, chunks, tail;
+  int count, row_tiles, full_chunks, tail;
 };
 
 // Weight rows of row tile rt: 128, or 64 for an expert's last tile when
@@ -135,7 +136,7 @@ __device__ __forceinline__ int tile_rows(const GemmParams& p, int rt) { return m
 template <int BN>
 __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, const Items& it, int lane) {
   const int64_t code_row = p.k / 2, scale_row = p.k / 32;
-  const int chunks = it.chunks + it.tail;
+  const int chunks = it.full_chunks + it.tail;
   int s = 0;
   uint32_t phase = 0;
   int seq = 0;
@@ -165,7 +166,7 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
       // The thread that posts the phase's transaction bytes issues its copies
       // too: the stage's writes then follow its own acquire of "empty".
       if (lane == 0) {
-        const int width = c < it.chunks ? kChunk : kTailChunk;
+        const int width = c < it.full_chunks ? kChunk : kTailChunk;
         const uint32_t group_bytes = group_chunk_bytes(width), act_bytes = BN * width * 2;
         const uint32_t dst = sm.base + sm.l.codes + s * kCodeStageBytes;
         const uint8_t* src = layout_tile + int64_t(c) * kCodeStageBytes + first_group * group_bytes;
@@ -267,7 +268,6 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
   static_assert(kAcc * 128 == 64 * BN, "an m64nN f32 accumulator is N/2 registers per thread");
   const int g = lane >> 2, t = lane & 3, group = 4 * q + w;
   const int64_t scale_row = p.k / 32;
-  const int chunks = it.chunks + it.tail;
   float acc[kAcc];
   uint32_t a0[8][4], a1[8][4];
   int s = 0;
@@ -344,14 +344,14 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
         advance();
       };
       int c = 0;
-      for (; c + 1 < it.chunks; c += 2) {
+      for (; c + 1 < it.full_chunks; c += 2) {
         step(c, a0, kFull);
         step(c + 1, a1, kFull);
       }
-      if (c < it.chunks) step(c, a0, kFull);
+      if (c < it.full_chunks) step(c, a0, kFull);
       if (it.tail) {
         ptx::wgmma_wait<0>();  // the last full chunk's A set is free
-        step(it.chunks, a0, kTail);
+        step(it.full_chunks, a0, kTail);
       }
       ptx::wgmma_wait<0>();
 #pragma unroll
@@ -367,12 +367,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
         for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
         ptx::mbar_arrive(sm.empty(done));
       };
-      if (it.chunks > 0) load(0, kFull);
-      for (int c = 0; c < it.chunks; ++c) {
+      if (it.full_chunks > 0) load(0, kFull);
+      for (int c = 0; c < it.full_chunks; ++c) {
         compute(a0, kFull);
         const int done = s;
         advance();
-        if (c + 1 < it.chunks) load(c + 1, kFull);
+        if (c + 1 < it.full_chunks) load(c + 1, kFull);
         retire(done);
       }
       // The tail after the loop, its load not overlapped: a tail load in the
@@ -380,7 +380,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       // 16- to 64-token tiles (same-call A/B), likely the loop's code at the
       // 80 registers ptxas compiles it to.
       if (it.tail) {
-        load(it.chunks, kTail);
+        load(it.full_chunks, kTail);
         compute(a0, kTail);
         const int done = s;
         advance();
