@@ -45,9 +45,11 @@ TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(496, 4, 32), 96);     // 62
   EXPECT_EQ(token_tile(696, 4, 32), 96);     // 87
   EXPECT_EQ(token_tile(704, 4, 32), 128);    // 88
-  EXPECT_EQ(token_tile(888, 4, 32), 128);    // 111
-  EXPECT_EQ(token_tile(896, 4, 32), 160);    // 112
-  EXPECT_EQ(token_tile(4096, 4, 128), 160);  // 128
+  EXPECT_EQ(token_tile(920, 4, 32), 128);    // 115
+  EXPECT_EQ(token_tile(928, 4, 32), 144);    // 116
+  EXPECT_EQ(token_tile(4096, 4, 128), 144);  // 128
+  EXPECT_EQ(token_tile(1048, 4, 32), 144);   // 131
+  EXPECT_EQ(token_tile(1056, 4, 32), 160);   // 132
   EXPECT_EQ(token_tile(1400, 4, 32), 160);   // 175
   EXPECT_EQ(token_tile(1408, 4, 32), 128);   // 176
   EXPECT_EQ(token_tile(3064, 4, 32), 128);   // 383

@@ -76,6 +76,16 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 //   m = 256: 128 898.4 / 192 1023.2; 128 3763.5 / 192 4151.2
 //   m = 512: 192 1670.2 / 128 1702.1; 192 6604.7 / 128 6884.2
 //   m = 2048: 192 6098.0 / 128 6326.1 (20b T = 16384)
+// Between 128 and 160 (s33, H200, 2026-11-30; two runs each):
+//   m = 112: 128 337.8, 337.3 / 144 350.6, 351.3 / 160 387.4, 377.6 (20b)
+//   m = 120: 144 365.7, 364.6 / 128 378.2, 382.1 / 160 386.0, 385.0; 144 1565.9, 1577.5 / 160 1679.6, 1678.6
+//   m = 128: 144 380.9, 378.8 / 160 385.7, 387.4 / 128 457.7, 459.2; 144 1638.1, 1658.1 / 160 1688.0, 1703.6
+//   m = 136: 160 404.7, 405.6 / 144 434.4, 421.1; 160 1751.4, 1764.5 / 144 1857.7, 1855.8
+//   m = 144: 160 422.8, 422.1 / 128 555.6, 567.5 (20b)
+// (A 152-token tile, built for this, won only at m = 136, by under 1%: not
+// kept.) An expert's rows are about Poisson(m): at m = 128, 7% of the experts
+// overflow 144 into a second tile and 0.2% overflow 160, and 144 still wins
+// by its 10% fewer columns.
 // Up to m = 56 again with two blocks per SM for tiles up to 64 tokens
 // (blocks_per_sm; s24, H200, 2026-11-29):
 //   m = 12:  16 161.4 / 32 168.5; 16 616.9 / 32 633.1
@@ -96,7 +106,8 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
   if (m < 44) return 48;
   if (m < 62) return 64;
   if (m < 88) return 96;
-  if (m < 112) return 128;
+  if (m < 116) return 128;
+  if (m < 132) return 144;
   if (m < 176) return 160;
   return m < 384 ? 128 : 192;
 }

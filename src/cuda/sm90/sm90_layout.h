@@ -34,7 +34,7 @@ inline constexpr int kThreads = kConsumerThreads + 128;  // + one producer warpg
 // Token tiles (the wgmma N) the GEMM is built for: N from 16 to 256 in steps
 // of 8 is legal, and each tile is one instance of the kernel. Host constexpr
 // (the kernel uses it only in a static_assert).
-inline constexpr int kTokenTiles[] = {16, 32, 48, 64, 96, 128, 160, 192};
+inline constexpr int kTokenTiles[] = {16, 32, 48, 64, 96, 128, 144, 160, 192};
 constexpr bool is_token_tile(int bn) {
   for (int t : kTokenTiles)
     if (t == bn) return true;
