@@ -84,11 +84,13 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     say "$tool (sm90, quick): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitizer-sm90.log | tail -1)"
   done
   cat /tmp/sanitizer-sm90.log >> "$OUT/logs.txt"
-  for tool in memcheck racecheck synccheck; do
-    t0=$(date +%s)
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$B/tests/grouping_test" > /tmp/sanitizer-group.log 2>&1
-    say "$tool (grouping): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitizer-group.log | tail -1)"
-    cat /tmp/sanitizer-group.log >> "$OUT/logs.txt"
+  for t in grouping router; do
+    for tool in memcheck racecheck synccheck; do
+      t0=$(date +%s)
+      timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$B/tests/${t}_test" > /tmp/sanitizer-$t.log 2>&1
+      say "$tool ($t): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitizer-$t.log | tail -1)"
+      cat /tmp/sanitizer-$t.log >> "$OUT/logs.txt"
+    done
   done
   T=$B/tests/portable_test
   t0=$(date +%s)

@@ -31,21 +31,37 @@ __device__ __forceinline__ void allow_next_kernel() {
 }
 
 // Launches `kernel` on `stream`, with programmatic dependent launch when
-// `overlap` is set (the device is SM90+).
+// `overlap` is set (the device is SM90+), in clusters of `cluster_x` blocks
+// along x when it is above 1 (SM90+; the grid's x a multiple of it).
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                          cudaStream_t stream, bool overlap, Args&&... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                      cudaStream_t stream, bool overlap, unsigned cluster_x, Args&&... args) {
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n = 0;
+  if (overlap) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n++].val.clusterDim = {cluster_x, 1, 1};
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cfg.attrs = overlap ? &attr : nullptr;
-  cfg.numAttrs = overlap ? 1 : 0;
+  cfg.attrs = n > 0 ? attrs : nullptr;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// Launches `kernel` on `stream`, with programmatic dependent launch when
+// `overlap` is set (the device is SM90+).
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, bool overlap, Args&&... args) {
+  return launch_kernel_in_clusters(kernel, grid, block, smem, stream, overlap, 1u, std::forward<Args>(args)...);
 }
 
 }  // namespace mxmoe::smxx

@@ -5,11 +5,13 @@
 #include <algorithm>
 
 #include <cuda_bf16.h>
+#include <cooperative_groups.h>
 #include <cub/warp/warp_scan.cuh>
 
 #include <fmt/format.h>
 
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/router_heuristics.h"
 
 namespace mxmoe::smxx {
 namespace {
@@ -40,13 +42,17 @@ __device__ __forceinline__ void warp_topk(const float* __restrict__ lg, int E, i
     v[m] = e < E ? lg[e] : 0.f;
     if (e < E) untaken |= 1u << m;
   }
-  // The value of expert e (same e on every lane) from its lane.
+  // The value of expert e (same e on every lane) from its lane. (A select of
+  // v[e / 32] before one shuffle was compiled, in some instances, to a
+  // dynamically indexed copy of v in local memory.)
   auto value_of = [&](int e) {
-    float mine = 0.f;
+    float value = 0.f;
 #pragma unroll
-    for (int m = 0; m < kPerLane; ++m)
-      if (m == e / 32) mine = v[m];
-    return __shfl_sync(0xffffffffu, mine, e % 32);
+    for (int m = 0; m < kPerLane; ++m) {
+      const float vm = __shfl_sync(0xffffffffu, v[m], e % 32);
+      value = m == e / 32 ? vm : value;
+    }
+    return value;
   };
   int sel[8];
   float val[8];
@@ -121,17 +127,34 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 // memory. The split depends on E only, and an mma's output element does not
 // depend on the other rows of its tile, so a token's logits do not depend on
 // T or on its tile.
-template <int kSplitN>
+//
+// Few tokens (SM90+): a warp walks ~11-23 chunks of K one after another, a
+// round trip each, so one block took 18-32 µs at T = 1 (ncu). There a
+// cluster of kCluster blocks takes the 16 tokens: block r of the cluster owns
+// the warps' tile slot r (the same n-tiles, K slices and mma order as one
+// block, so the same logits bit for bit), and with one tile a warp requests
+// kDepth chunks before their mmas. Block 0 gathers the other blocks' logits
+// from their shared memory and takes the top-k.
+template <int kSplitN, int kCluster>
 __global__ void __launch_bounds__(kRouterThreads)
 smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* __restrict__ rw,
                  int64_t rw_stride, const uint16_t* __restrict__ rb, int E, int k,
                  int32_t* __restrict__ ids, float* __restrict__ weights) {
-  constexpr int kWarps = kRouterThreads / 32, kSplitK = kWarps / kSplitN, kTilesPerWarp = 8;
+  constexpr int kWarps = kRouterThreads / 32, kSplitK = kWarps / kSplitN, kSlots = 8;
+  // A block's tile slots a warp: all 8, or in a cluster (at least as many
+  // blocks as the slots E fills, router_cluster_size) one, slot `rank`.
+  constexpr int kTilesPerWarp = kCluster == 1 ? kSlots : 1;
+  constexpr int kDepth = kCluster == 1 ? 1 : 8;  // chunks whose loads are in flight together
   static_assert(kWarps % kSplitN == 0 && kRouterTokens == 16, "16-token blocks, warps split N x K");
+  static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4 || kCluster == 8, "a cluster of 1, 2, 4 or 8 blocks");
   extern __shared__ float part[];  // [kSplitK][16][E]; slice 0 becomes the logits
-  const int tok0 = blockIdx.x * kRouterTokens, tokens = min(kRouterTokens, T - tok0);
+  const int rank = kCluster == 1 ? 0 : int(blockIdx.x % kCluster);
+  const int tok0 = int(blockIdx.x / kCluster) * kRouterTokens, tokens = min(kRouterTokens, T - tok0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int wn = warp % kSplitN, wk = warp / kSplitN, n_tiles = (E + 7) / 8, chunks = H / 32;
+  // n-tile of this warp's slot i, and the cluster block that owns expert e.
+  auto tile_of = [&](int i) { return wn + kSplitN * (rank + i); };
+  auto owner = [&](int e) { return kCluster == 1 ? 0 : e / 8 / kSplitN; };
   wait_for_previous_kernels();
   allow_next_kernel();
   // A rows g and g + 8 (tokens past T read as 0); B columns: expert 8j + g of each n-tile.
@@ -141,29 +164,38 @@ smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* _
   const uint4* wr[kTilesPerWarp];
 #pragma unroll
   for (int i = 0; i < kTilesPerWarp; ++i) {
-    const int j = wn + kSplitN * i, e = 8 * j + g;
+    const int j = tile_of(i), e = 8 * j + g;
     wr[i] = j < n_tiles && e < E ? reinterpret_cast<const uint4*>(rw + int64_t(e) * rw_stride) : nullptr;
   }
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   float acc[kTilesPerWarp][4] = {};
-  for (int c = wk; c < chunks; c += kSplitK) {
-    const int v = 4 * c + t;  // the thread's 16 bytes of the chunk
-    const uint4 lo = xr[0] ? __ldg(xr[0] + v) : zero, hi = xr[1] ? __ldg(xr[1] + v) : zero;
-    uint4 b[kTilesPerWarp];
+  for (int c0 = wk; c0 < chunks; c0 += kSplitK * kDepth) {
+    uint4 lo[kDepth], hi[kDepth], b[kDepth][kTilesPerWarp];
 #pragma unroll
-    for (int i = 0; i < kTilesPerWarp; ++i) b[i] = wr[i] ? __ldg(wr[i] + v) : zero;
-    const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
+    for (int d = 0; d < kDepth; ++d) {
+      const int v = 4 * (c0 + kSplitK * d) + t;  // the thread's 16 bytes of the chunk
+      const bool in = c0 + kSplitK * d < chunks;
+      lo[d] = in && xr[0] ? __ldg(xr[0] + v) : zero;
+      hi[d] = in && xr[1] ? __ldg(xr[1] + v) : zero;
 #pragma unroll
-    for (int i = 0; i < kTilesPerWarp; ++i) {
-      if (wn + kSplitN * i >= n_tiles) break;  // warp-uniform
-      mma_bf16_16816(acc[i], a0, b[i].x, b[i].y);
-      mma_bf16_16816(acc[i], a1, b[i].z, b[i].w);
+      for (int i = 0; i < kTilesPerWarp; ++i) b[d][i] = in && wr[i] ? __ldg(wr[i] + v) : zero;
+    }
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (c0 + kSplitK * d >= chunks) break;  // warp-uniform
+      const uint32_t a0[4] = {lo[d].x, hi[d].x, lo[d].y, hi[d].y}, a1[4] = {lo[d].z, hi[d].z, lo[d].w, hi[d].w};
+#pragma unroll
+      for (int i = 0; i < kTilesPerWarp; ++i) {
+        if (tile_of(i) >= n_tiles) break;  // warp-uniform
+        mma_bf16_16816(acc[i], a0, b[d][i].x, b[d][i].y);
+        mma_bf16_16816(acc[i], a1, b[d][i].z, b[d][i].w);
+      }
     }
   }
   // c0 / c1: token g, experts 8j + 2t, 8j + 2t + 1; c2 / c3: token g + 8.
 #pragma unroll
   for (int i = 0; i < kTilesPerWarp; ++i) {
-    const int j = wn + kSplitN * i;
+    const int j = tile_of(i);
     if (j >= n_tiles) break;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -173,13 +205,49 @@ smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* _
   }
   __syncthreads();
   for (int i = threadIdx.x; i < kRouterTokens * E; i += kRouterThreads) {
+    if (owner(i % E) != rank) continue;
     float sum = part[i];
     for (int q = 1; q < kSplitK; ++q) sum += part[q * kRouterTokens * E + i];
     part[i] = sum + bf16f(rb[i % E]);
   }
-  __syncthreads();
-  for (int tok = warp; tok < tokens; tok += kWarps)
-    warp_topk(part + tok * E, E, k, lane, ids + int64_t(tok0 + tok) * k, weights + int64_t(tok0 + tok) * k);
+  if constexpr (kCluster > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's logits are in its shared memory
+    if (rank == 0)
+      for (int i = threadIdx.x; i < tokens * E; i += kRouterThreads)
+        if (const int r = owner(i % E); r != 0) part[i] = cluster.map_shared_rank(part, r)[i];
+    cluster.sync();  // the others may exit: block 0 has read their shared memory
+#else
+    __trap();  // unreachable: the launcher runs clusters only on SM90+ code (router_cluster_size)
+#endif
+  } else {
+    __syncthreads();
+  }
+  if (rank == 0)
+    for (int tok = warp; tok < tokens; tok += kWarps)
+      warp_topk(part + tok * E, E, k, lane, ids + int64_t(tok0 + tok) * k, weights + int64_t(tok0 + tok) * k);
+}
+
+using RouterKernel = void (*)(const uint16_t*, int, int, const uint16_t*, int64_t, const uint16_t*, int, int,
+                              int32_t*, float*);
+
+template <int kSplitN>
+RouterKernel router_kernel_split(int cluster) {
+  switch (cluster) {
+    case 8: return smxx_router_topk<kSplitN, 8>;
+    case 4: return smxx_router_topk<kSplitN, 4>;
+    case 2: return smxx_router_topk<kSplitN, 2>;
+    default: return smxx_router_topk<kSplitN, 1>;
+  }
+}
+
+// The instance for a split (router_split_n) and a cluster size (router_cluster_size).
+RouterKernel router_kernel(int split_n, int cluster) {
+  if (split_n == 1) return router_kernel_split<1>(cluster);
+  if (split_n == 2) return router_kernel_split<2>(cluster);
+  return router_kernel_split<4>(cluster);
 }
 
 // One block: per-expert counts, a padded exclusive scan (each expert's rows
@@ -326,20 +394,27 @@ Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_
   if (H % 32 != 0 || router_stride % 8 != 0 || E > kMaxExperts)
     return Status::Unsupported(fmt::format("{}: router needs H % 32 == 0, a router row stride % 8 == 0 and at most {} "
                                            "experts", who, kMaxExperts));
-  // Warps over the experts' 8-wide tiles, at most 8 tiles a warp; the rest split K.
-  const int64_t n_tiles = (E + 7) / 8;
-  const size_t smem_per_slice = size_t(kRouterTokens * E) * sizeof(float);
-  auto launch = [&](auto kernel, int split_n) {
-    return cuda_status(launch_kernel(kernel, dim3(unsigned((T + kRouterTokens - 1) / kRouterTokens)),
-                                     dim3(kRouterThreads), smem_per_slice * size_t(kRouterThreads / 32 / split_n),
-                                     stream, overlap, x,
-                                     int(T), int(H), router_weight, router_stride, router_bias, int(E), int(k), ids,
-                                     weights),
-                       who, "router launch");
-  };
-  if (n_tiles <= 8) return launch(smxx_router_topk<1>, 1);
-  if (n_tiles <= 16) return launch(smxx_router_topk<2>, 2);
-  return launch(smxx_router_topk<4>, 4);
+  const int split_n = router_split_n(E);
+  const int64_t token_blocks = (T + kRouterTokens - 1) / kRouterTokens;
+  int cluster = 1;
+  if (overlap) {  // SM90+
+    int dev = 0, sms = 0;
+    MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), who, "cudaGetDevice"));
+    MXMOE_RETURN_IF_ERROR(
+        cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), who, "SM count"));
+    cluster = router_cluster_size(E, token_blocks, sms);
+  }
+  RouterKernel kernel = router_kernel(split_n, cluster);
+  if (cluster > 1) {  // clusters need the kernel's SM90 code, not a JIT of the SM80 PTX
+    cudaFuncAttributes fa{};
+    MXMOE_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&fa, kernel), who, "router attributes"));
+    if (fa.binaryVersion < 90) kernel = router_kernel(split_n, cluster = 1);
+  }
+  const size_t smem = size_t(kRouterTokens * E) * sizeof(float) * size_t(kRouterThreads / 32 / split_n);
+  return cuda_status(launch_kernel_in_clusters(kernel, dim3(unsigned(token_blocks * cluster)), dim3(kRouterThreads),
+                                               smem, stream, overlap, unsigned(cluster), x, int(T), int(H),
+                                               router_weight, router_stride, router_bias, int(E), int(k), ids, weights),
+                     who, "router launch");
 }
 
 Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int tile, int32_t* sorted_pair,

@@ -1,0 +1,29 @@
+// Launch policy of the fused router (smxx_router_topk): small pure functions.
+#pragma once
+
+#include <cstdint>
+
+namespace mxmoe::smxx {
+
+// Warps of a router block split the experts' 8-wide n-tiles this many ways
+// (the rest of the 8 warps split K): at most 8 tiles a warp.
+inline int router_split_n(int64_t experts) {
+  const int64_t n_tiles = (experts + 7) / 8;
+  return n_tiles <= 8 ? 1 : n_tiles <= 16 ? 2 : 4;
+}
+
+// Blocks of the cluster that takes one 16-token block (SM90+), or 1: the tile
+// slots a warp fills (n-tiles / split), rounded up to 1, 2, 4 or 8, while the
+// clusters make at most two blocks per SM. Each block then walks K for fewer
+// tiles with more chunks in flight; from about 2 x SMs blocks the grid fills
+// the chip with one block per 16 tokens. (gpt-oss: 4 blocks on 32 experts,
+// 8 on 128.)
+inline int router_cluster_size(int64_t experts, int64_t token_blocks, int sms) {
+  const int64_t n_tiles = (experts + 7) / 8, split = router_split_n(experts);
+  const int64_t slots = (n_tiles + split - 1) / split;
+  int cluster = 1;
+  while (cluster < slots && cluster < 8) cluster *= 2;
+  return token_blocks * cluster <= 2 * int64_t(sms) ? cluster : 1;
+}
+
+}  // namespace mxmoe::smxx
