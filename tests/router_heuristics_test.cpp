@@ -42,5 +42,13 @@ TEST(RouterHeuristics, NoClusterOnceTheBlocksFillTheChip) {
   EXPECT_EQ(router_cluster_size(128, 34, 132), 1);
 }
 
+TEST(RouterHeuristics, Describes) {
+  EXPECT_EQ(describe_router(32, 132), "clusters of 4 blocks a 16-token block up to T = 1056, then one block a "
+                                      "16-token block");
+  EXPECT_EQ(describe_router(128, 132), "clusters of 8 blocks a 16-token block up to T = 528, then one block a "
+                                       "16-token block");
+  EXPECT_EQ(describe_router(8, 132), "one block a 16-token block");
+}
+
 }  // namespace
 }  // namespace mxmoe::smxx

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "cuda/common/router_heuristics.h"
 #include "cuda/portable/heuristics.h"
 #include "cuda/sm90/heuristics.h"
 #include "model_presets.h"
@@ -59,6 +60,10 @@ int run(const InfoOptions& o) {
     fmt::print("  T = {:>5}: {}\n", T,
                sm90::describe(sm90::choose_config(T, shape.topk, shape.experts, sm90_plan.hidden_padded,
                                                   sm90_plan.intermediate_padded)));
+  // The fused router (forwards without the caller's routing), on this GPU or on an H200.
+  const int sms = devices.empty() ? 132 : devices.front().multiprocessors;
+  fmt::print("\nfused router on SM90+ ({} SMs{}): {}; below SM90 one block a 16-token block\n", sms,
+             devices.empty() ? ", an H200" : "", smxx::describe_router(shape.experts, sms));
   return 0;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace mxmoe::smxx {
 
@@ -24,6 +25,17 @@ inline int router_cluster_size(int64_t experts, int64_t token_blocks, int sms) {
   int cluster = 1;
   while (cluster < slots && cluster < 8) cluster *= 2;
   return token_blocks * cluster <= 2 * int64_t(sms) ? cluster : 1;
+}
+
+// One line on the router's launch on an SM90+ GPU of `sms` SMs (what `mxmoe
+// info` prints), e.g. "clusters of 4 blocks a 16-token block up to T = 1056,
+// then one block a 16-token block".
+inline std::string describe_router(int64_t experts, int sms) {
+  const int cluster = router_cluster_size(experts, 1, sms);
+  if (cluster == 1) return "one block a 16-token block";
+  const int64_t max_tokens = 16 * (2 * int64_t(sms) / cluster);
+  return "clusters of " + std::to_string(cluster) + " blocks a 16-token block up to T = " +
+         std::to_string(max_tokens) + ", then one block a 16-token block";
 }
 
 }  // namespace mxmoe::smxx
