@@ -220,7 +220,7 @@ smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* _
         if (const int r = owner(i % E); r != 0) part[i] = cluster.map_shared_rank(part, r)[i];
     cluster.sync();  // the others may exit: block 0 has read their shared memory
 #else
-    __trap();  // unreachable: the launcher runs clusters only on SM90+ code (router_cluster_size)
+    __trap();  // unreachable: the launcher runs clusters only where this kernel has SM90 code
 #endif
   } else {
     __syncthreads();
