@@ -3,6 +3,7 @@
 #include "cuda/common/smxx_moe_kernels.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
@@ -250,6 +251,23 @@ RouterKernel router_kernel(int split_n, int cluster) {
   return router_kernel_split<4>(cluster);
 }
 
+// Whether the router runs as SM90 code on device `dev` (clusters need it; an
+// SM80 build JIT-compiled on a newer GPU does not have it). Every instance
+// comes from the same fatbinary, so one answer per device, asked once.
+Status router_has_sm90_code(int dev, const char* who, bool* yes) {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> known[kCachedDevices] = {};  // 0 unknown, 1 yes, 2 no
+  if (dev < kCachedDevices && known[dev].load(std::memory_order_relaxed) != 0) {
+    *yes = known[dev].load(std::memory_order_relaxed) == 1;
+    return Status::Ok();
+  }
+  cudaFuncAttributes fa{};
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&fa, router_kernel(1, 8)), who, "router attributes"));
+  *yes = fa.binaryVersion >= 90;
+  if (dev < kCachedDevices) known[dev].store(*yes ? 1 : 2, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
 // One block: per-expert counts, a padded exclusive scan (each expert's rows
 // rounded up to the token tile), the tile schedule, and a stable scatter of the
 // pairs in expert order (token order inside an expert). Each warp owns one
@@ -403,13 +421,11 @@ Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_
     MXMOE_RETURN_IF_ERROR(
         cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), who, "SM count"));
     cluster = router_cluster_size(E, token_blocks, sms);
+    bool sm90_code = false;
+    if (cluster > 1) MXMOE_RETURN_IF_ERROR(router_has_sm90_code(dev, who, &sm90_code));
+    if (!sm90_code) cluster = 1;
   }
-  RouterKernel kernel = router_kernel(split_n, cluster);
-  if (cluster > 1) {  // clusters need the kernel's SM90 code, not a JIT of the SM80 PTX
-    cudaFuncAttributes fa{};
-    MXMOE_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&fa, kernel), who, "router attributes"));
-    if (fa.binaryVersion < 90) kernel = router_kernel(split_n, cluster = 1);
-  }
+  const RouterKernel kernel = router_kernel(split_n, cluster);
   const size_t smem = size_t(kRouterTokens * E) * sizeof(float) * size_t(kRouterThreads / 32 / split_n);
   return cuda_status(launch_kernel_in_clusters(kernel, dim3(unsigned(token_blocks * cluster)), dim3(kRouterThreads),
                                                smem, stream, overlap, unsigned(cluster), x, int(T), int(H),
