@@ -17,18 +17,21 @@ TEST(PortableHeuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(1, 4, 32, 16), 8);   // not a tile: ignored
 }
 
-TEST(PortableHeuristics, PerPairDecodeWhileExpertsRarelyRepeat) {
-  EXPECT_TRUE(per_pair_decode(1, 4, 32, 8));     // gpt-oss-20b T = 1
-  EXPECT_TRUE(per_pair_decode(2, 4, 32, 8));     // 8 pairs: 56 <= 64
-  EXPECT_FALSE(per_pair_decode(3, 4, 32, 8));    // 12 pairs: 132 > 64
-  EXPECT_TRUE(per_pair_decode(4, 4, 128, 8));    // gpt-oss-120b: 240 <= 256
-  EXPECT_FALSE(per_pair_decode(5, 4, 128, 8));   // 380 > 256
-  EXPECT_FALSE(per_pair_decode(1, 8, 8, 8));     // 8 experts, top-8: 56 > 16
-  EXPECT_FALSE(per_pair_decode(1, 4, 32, 32));   // only with 8-token tiles
+TEST(PortableHeuristics, PerPairDecodeUpTo24Pairs) {
+  EXPECT_TRUE(per_pair_decode(1, 4, 8));     // gpt-oss-20b/120b T = 1
+  EXPECT_TRUE(per_pair_decode(6, 4, 8));     // 24 pairs
+  EXPECT_FALSE(per_pair_decode(7, 4, 8));    // 28
+  EXPECT_FALSE(per_pair_decode(8, 4, 8));    // 32: expert-grouped tiles win
+  EXPECT_TRUE(per_pair_decode(3, 8, 8));     // top-8
+  EXPECT_TRUE(per_pair_decode(24, 1, 8));
+  EXPECT_FALSE(per_pair_decode(25, 1, 8));
+  EXPECT_FALSE(per_pair_decode(1, 4, 32));   // only with 8-token tiles
 }
 
 TEST(PortableHeuristics, DescribesTheTiles) {
   EXPECT_EQ(describe_tiles(1, 4, 32), kPerPairDescription);
+  EXPECT_EQ(describe_tiles(6, 4, 32), kPerPairDescription);
+  EXPECT_EQ(describe_tiles(8, 4, 32), "8-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(16, 4, 32), "8-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(1024, 4, 32), "32-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(16384, 4, 32), "64-token tiles of expert-grouped rows");

@@ -1,5 +1,7 @@
 // The sm90 backend's policy: path, token tile and pipeline depth as pure
 // functions of the problem, including the shared-memory budget they imply.
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "cuda/sm90/heuristics.h"
@@ -23,12 +25,14 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
   const Config decode = choose_config(6, 4, 32, 2944, 2944);
   EXPECT_EQ(decode.token_tile, 0);
   EXPECT_EQ(decode.stages_gemm1, 0);
-  EXPECT_FALSE(decode.per_pair);
-  EXPECT_EQ(describe(decode), "portable decode kernels (mma.sync GEMV) on expert-grouped tiles");
+  EXPECT_TRUE(decode.per_pair);
+  EXPECT_FALSE(choose_config(24, 1, 2, 2944, 2944).per_pair);  // 12 rows per expert: 32-token tiles
+  EXPECT_EQ(describe(choose_config(24, 1, 2, 2944, 2944)),
+            "portable decode kernels (mma.sync GEMV) on expert-grouped tiles");
   const Config single = choose_config(1, 4, 32, 2944, 2944);
   EXPECT_TRUE(single.per_pair);
   EXPECT_EQ(describe(single),
-            "portable decode kernels (mma.sync GEMV), a tile per (token, slot) pair: no grouping or combine kernel");
+            std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription);
   EXPECT_FALSE(choose_config(1, 4, 32, 2944, 2944, {2, 0}).per_pair);  // wgmma forced
 }
 

@@ -117,15 +117,22 @@ TEST_F(PortableGpu, GptOssHidden) {
 }
 
 TEST_F(PortableGpu, PerPairDecode) {
-  // Few pairs over many experts run each (token, slot) pair as its own tile,
+  // Up to 24 pairs run as tiles that find their expert's pairs themselves,
   // with the combine in GEMM2 (per_pair_decode): the router's ids, one expert
-  // in every slot (its weights read k times), k = 8, several tokens, and the
-  // 64-wide K tail with padded rows (Hp = 320, Ip = 256).
+  // in every slot (one tile whose columns share a token), k = 8, several
+  // tokens, the 64-wide K tail with padded rows (Hp = 320, Ip = 256), and
+  // more than 8 pairs of one expert (a second tile from its 9th pair on; 24
+  // pairs: three, the last led by pair 16).
   check_case({{32, 2880, 736, 4}, 1, RouteMode::kRouter, 650});
   check_case({{32, 320, 224, 4}, 1, RouteMode::kRepeatedExpert, 651});
   check_case({{32, 160, 160, 8}, 1, RouteMode::kRandom, 652});
   check_case({{128, 320, 224, 4}, 4, RouteMode::kRandom, 653});
   check_case({{128, 320, 224, 1}, 3, RouteMode::kOneExpert, 654});
+  check_case({{8, 2880, 736, 4}, 6, RouteMode::kRandom, 655});
+  check_case({{32, 320, 224, 4}, 3, RouteMode::kRepeatedExpert, 656});
+  check_case({{128, 320, 224, 1}, 12, RouteMode::kOneExpert, 657});
+  check_case({{32, 160, 160, 1}, 24, RouteMode::kOneExpert, 658});
+  check_case({{32, 320, 224, 4}, 7, RouteMode::kRouter, 659});
 }
 
 TEST_F(PortableGpu, ExtremeScales) {

@@ -21,27 +21,35 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
   return 64;
 }
 
-// Per-pair decode: each (token, slot) pair is its own 8-token tile, so the
-// forward needs no grouping kernel and GEMM2's blocks combine the k rows
-// themselves (no combine kernel); those two kernels cost ~3 and ~3.6 us of the
-// 33.6 us forward at T = 1 (H200, measured by launching each twice). The
-// price: pairs that share an expert read and dequantise its weights once each.
-// So it runs while the expected number of pairs sharing an expert,
-// pairs * (pairs - 1) / (2 E) for uniform routing, is at most one: T <= 2 on
-// gpt-oss-20b (T = 2: 50.9 -> 46.1 us; T = 4 on 20b was slower, 76.8 -> 79.0)
-// and T <= 4 on gpt-oss-120b (T = 4: 84.7 -> 81.1 us).
-inline bool per_pair_decode(int64_t tokens, int64_t topk, int64_t experts, int token_tile) {
-  const int64_t pairs = tokens * topk;
-  return token_tile == 8 && pairs * (pairs - 1) <= 2 * experts;
+// Per-pair decode: tile i belongs to (token, slot) pair i, and the tile of
+// the first pair of an expert (and of its 9th, 17th, ...) takes the next
+// pairs of that expert as its other token columns, found by one ballot over
+// the routing ids; the other tiles are empty. So the forward needs no
+// grouping kernel and GEMM2's blocks combine the k rows themselves (no
+// combine kernel); those two kernels cost ~3 and ~3.6 us of the 33.6 us
+// forward at T = 1 (H200, measured by launching each twice), and pairs that
+// share an expert still dequantise its weights once.
+// Measured on the H200 (sm90 backend, 2026-11-30, us), against tiles of one
+// pair each while pairs * (pairs - 1) <= 2 E and expert-grouped tiles past
+// that: gpt-oss-20b T = 2 43.1 -> 43.6, T = 3 62.1 -> 59.2, T = 4 72.3 ->
+// 70.4, T = 6 93.3 -> 93.0; gpt-oss-120b T = 1 25.6 -> 25.5, T = 2 44.4 ->
+// 44.7, T = 3 61.8 -> 62.5, T = 4 78.4 -> 79.2, T = 6 110.7 -> 110.3. At 32
+// pairs (T = 8, portable backend) grouped tiles still win: 107.2 / 107.9
+// (20b), 139.5 / 140.7 (120b). Hence up to 24 pairs.
+inline constexpr int64_t kPerPairBallotPairs = 32;
+inline constexpr int64_t kPerPairMaxPairs = 24;
+static_assert(kPerPairMaxPairs <= kPerPairBallotPairs, "the GEMMs find a tile's pairs with one 32-lane ballot");
+inline bool per_pair_decode(int64_t tokens, int64_t topk, int token_tile) {
+  return token_tile == 8 && tokens * topk <= kPerPairMaxPairs;
 }
 
-inline constexpr const char* kPerPairDescription = "a tile per (token, slot) pair: no grouping or combine kernel";
+inline constexpr const char* kPerPairDescription = "a tile per expert of the (token, slot) pairs, found in the GEMMs: no grouping or combine kernel";
 
 // One line on the tiles of both GEMMs at `tokens` (what `mxmoe info` prints),
 // e.g. "32-token tiles of expert-grouped rows".
 inline std::string describe_tiles(int64_t tokens, int64_t topk, int64_t experts) {
   const int tile = token_tile(tokens, topk, experts);
-  if (per_pair_decode(tokens, topk, experts, tile)) return kPerPairDescription;
+  if (per_pair_decode(tokens, topk, tile)) return kPerPairDescription;
   return std::to_string(tile) + "-token tiles of expert-grouped rows";
 }
 

@@ -37,7 +37,7 @@ Layout make_layout(const DeviceWeights& w, int64_t T) {
   static_cast<smxx::ScheduleOffsets&>(l) = smxx::take_schedule(ws, T, k, E, l.tile);
   l.act = ws.take(size_t(l.rows * Ip) * 2);
   l.ypair = ws.take(size_t(l.rows * H) * 4);
-  l.per_pair = per_pair_decode(T, k, E, l.tile);
+  l.per_pair = per_pair_decode(T, k, l.tile);
   if (l.per_pair) {
     l.n_arrivals = int(T * (w.hidden_padded / 32));
     l.arrivals = ws.take(size_t(l.n_arrivals) * 4);

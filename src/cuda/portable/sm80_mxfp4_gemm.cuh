@@ -62,9 +62,14 @@ struct GemmParams {
   const int32_t* tile_expert;
   const int32_t* tile_row;
   const int32_t* num_tiles;
-  // Per-pair decode (no grouping; 8-token tiles only): non-null, the routing
-  // ids [T*k], and tile i is pair i alone: expert ids[i], token column 0, row
-  // i of act_out / act_in (GEMM2) / y_out. The schedule above is not read.
+  // Per-pair decode (no grouping; 8-token tiles only, at most
+  // kPerPairBallotPairs pairs, heuristics.h): non-null, the routing ids
+  // [T*k]. Tile i belongs to pair i: if i is the 8c-th pair of its expert (in
+  // pair order) the tile takes it and the next (up to 7) pairs of that expert
+  // as its token columns, otherwise an earlier tile has taken it and the tile
+  // is empty.
+  // Pair q's rows are row q of act_out / act_in (GEMM2) / y_out. The schedule
+  // above is not read.
   const int32_t* pair_ids;
   // Per-pair decode's combine, fused into GEMM2: arrivals [T, N / 32] count
   // the blocks done per (token, 32-row block); the last of the k sums the k
@@ -231,23 +236,70 @@ struct EpilogueInputs {
   int pair[2];  // -1 = padding
 };
 
+// Per-pair decode: the tile of pair `ti` among n <= 32 pairs (its expert, and
+// whether it leads a tile: pair ti is the 8c-th pair of its expert) and its
+// token columns (the pairs of that expert from ti on, one bit each). One load
+// of the ids per lane, with no branch before it: the block's code loads wait
+// for this round trip and no other (the expert comes from lane ti's load).
+struct PairTile {
+  int expert = 0;
+  uint32_t columns = 0;
+  bool leads = false;
+};
+__device__ __forceinline__ PairTile pair_tile(const int32_t* ids, int n, int ti) {
+  const int lane = threadIdx.x & 31;
+  const int id = ids[lane < n ? lane : n - 1];
+  const int e = __shfl_sync(0xffffffffu, id, ti);
+  const uint32_t same = __ballot_sync(0xffffffffu, lane < n && id == e);
+  const uint32_t before = same & ((1u << ti) - 1u);
+  return {e, same & ~before, __popc(before) % 8 == 0};
+}
+
+// Index of the n-th set bit of `mask` (n from 0 to 7), or -1; no branches.
+__device__ __forceinline__ int nth_set_bit(uint32_t mask, int n) {
+#pragma unroll
+  for (int i = 0; i < 7; ++i)
+    if (i < n) mask &= mask - 1;
+  return __ffs(int(mask)) - 1;
+}
+
+// Arrival on a GPU-scope counter: releases what the block stored before the
+// barrier that precedes it (release is cumulative over what this thread has
+// observed) and acquires what the earlier arrivals released; returns the
+// count before.
+__device__ __forceinline__ unsigned arrive_acq_rel(unsigned* counter) {
+  unsigned before;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+  return before;
+}
+
 // Per-pair decode's fused combine, called by every thread of a GEMM2 block
-// after its rows of y_out are stored: the block that finds the other k - 1
-// blocks of its (token, 32-row block) done sums the k rows in slot order, as
-// the combine kernel does, so the output is the same bit for bit. The fences
-// order each block's stores before its arrival and the last block's reads
-// after it; y_out is read through L2 (another SM wrote it).
-__device__ __forceinline__ void combine_if_last(const GemmParams& p, int token, int nb) {
-  __shared__ bool last;
-  __threadfence();
+// after its rows of y_out are stored: for each pair of the tile (token column
+// h is the h-th bit of `columns`), the block that finds the other k - 1
+// blocks of the pair's (token, 32-row block) done sums the k rows in slot
+// order, as the combine kernel does, so the output is the same bit for bit.
+// The barrier then thread h's acquire-release arrival order the block's
+// stores before its arrivals, and the last block's reads (after the next
+// barrier) after the other blocks' stores, with no thread of the block
+// waiting on a full fence; y_out is read through L2 (another SM wrote it).
+__device__ __forceinline__ void combine_if_last(const GemmParams& p, uint32_t columns, int nb) {
+  constexpr int kColumns = 8;
+  __shared__ int last_token[kColumns];  // token whose sum this block does, or -1
   __syncthreads();
-  if (threadIdx.x == 0)
-    last = atomicAdd(p.arrivals + int64_t(token) * gridDim.y + blockIdx.y, 1u) == unsigned(p.topk - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  int token = -1;
+  if (threadIdx.x < kColumns) {
+    const int pair = nth_set_bit(columns, int(threadIdx.x));
+    if (pair >= 0 &&
+        arrive_acq_rel(p.arrivals + int64_t(pair / p.topk) * gridDim.y + blockIdx.y) == unsigned(p.topk - 1))
+      token = pair / p.topk;
+    last_token[threadIdx.x] = token;
+  }
+  if (!__syncthreads_or(token >= 0)) return;
   const int col = nb + int(threadIdx.x);
-  if (threadIdx.x < 32 && col < p.n_valid) {
+#pragma unroll 1
+  for (int h = 0; h < kColumns; ++h) {
+    const int token = last_token[h];
+    if (token < 0 || threadIdx.x >= 32 || col >= p.n_valid) continue;
     float sum = 0.f;
     for (int slot = 0; slot < p.topk; ++slot)
       sum += __ldcg(p.y_out + (int64_t(token) * p.topk + slot) * p.n_valid + col);
@@ -307,11 +359,16 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   // Three independent loads in flight at once (the schedule arrays hold
   // gridDim.x entries); entries past the tile count are not used.
   const int n_tiles = per_pair ? int(gridDim.x) : *p.num_tiles;
-  const int e = per_pair ? p.pair_ids[ti] : p.tile_expert[ti];
+  const detail::PairTile pt = per_pair ? detail::pair_tile(p.pair_ids, n_tiles, ti) : detail::PairTile{};
+  const int e = per_pair ? pt.expert : p.tile_expert[ti];
   const int row0 = per_pair ? ti : p.tile_row[ti];
   if (ti >= n_tiles) return;  // the grid is sized from an upper bound
-  // Pair of token column `col` of the tile (-1: padding); its row is row0 + col.
-  auto pair_at = [&](int col) { return per_pair ? (col == 0 ? ti : -1) : p.sorted_pair[row0 + col]; };
+  if (per_pair && !pt.leads) return;  // pair ti is a column of an earlier pair's tile
+  const uint32_t columns = pt.columns;
+  // Pair of token column `col` of the tile (-1: padding) and its row of the
+  // activations and outputs.
+  auto pair_at = [&](int col) { return per_pair ? detail::nth_set_bit(columns, col) : p.sorted_pair[row0 + col]; };
+  auto row_at = [&](int col, int pair) { return per_pair ? pair : row0 + col; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 16 * kSubtiles * warp);
   if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
@@ -329,14 +386,47 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     soff[m][1] = int((16 * m + 1) * p.scale_row_stride);
   }
   const uint8_t* sbase = p.scales + e * p.scale_expert_stride + int64_t(nb + 2 * g) * p.scale_row_stride;
+  const int nfull = p.k / 128;
+  const int step = Cfg::kSplitK ? kW : 1;
+  // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
+  // lane's E8M0 scale of that chunk: one MX block per row.
+  auto load_full = [&](int c, uint32_t (&qq)[kSubtiles][2][4], uint32_t (&ss)[kSubtiles][2]) {
+#pragma unroll
+    for (int m = 0; m < kSubtiles; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint4 v = detail::ld_stream16(group[m] + p.code_chunk_stride * c + 512 * r + 16 * lane);
+        qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
+        ss[m][r] = sbase[soff[m][r] + c * 4 + t];
+      }
+  };
+  auto copy = [](uint32_t (&dq)[kSubtiles][2][4], uint32_t (&ds)[kSubtiles][2], const uint32_t (&sq)[kSubtiles][2][4],
+                 const uint32_t (&sss)[kSubtiles][2]) {
+#pragma unroll
+    for (int m = 0; m < kSubtiles; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        ds[m][r] = sss[m][r];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) dq[m][r][w] = sq[m][r][w];
+      }
+  };
+  // The first chunk's codes are requested as soon as the expert is known,
+  // before the token columns' pointers and the epilogue inputs: at decode a
+  // block runs ~3 chunks, so its start is on the critical path.
+  uint32_t q[Cfg::kDepth + 1][kSubtiles][2][4], s[Cfg::kDepth + 1][kSubtiles][2];
+  const int c0 = Cfg::kSplitK ? warp : 0;
+#pragma unroll
+  for (int d = 0; d < Cfg::kDepth; ++d)
+    if (c0 + d * step < nfull) load_full(c0 + d * step, q[d], s[d]);
+
   const uint16_t* arow[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    const int r = row0 + 8 * j + g;
     const int pair = pair_at(8 * j + g);
     if (pair < 0) arow[j] = nullptr;
     else if (kSwiglu) arow[j] = p.act_in + int64_t(pair / p.topk) * p.act_in_stride;
-    else arow[j] = p.act_in + int64_t(r) * p.act_in_stride;
+    else arow[j] = p.act_in + int64_t(row_at(8 * j + g, pair)) * p.act_in_stride;
   }
 
   // Decode: a block is mostly latency, so the finishing warps request their
@@ -364,36 +454,6 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[m][j][c] = 0.f;
 
-  const int nfull = p.k / 128;
-  const int step = Cfg::kSplitK ? kW : 1;
-  // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
-  // lane's E8M0 scale of that chunk: one MX block per row.
-  auto load_full = [&](int c, uint32_t (&qq)[kSubtiles][2][4], uint32_t (&ss)[kSubtiles][2]) {
-#pragma unroll
-    for (int m = 0; m < kSubtiles; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint4 v = detail::ld_stream16(group[m] + p.code_chunk_stride * c + 512 * r + 16 * lane);
-        qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
-        ss[m][r] = sbase[soff[m][r] + c * 4 + t];
-      }
-  };
-  auto copy = [](uint32_t (&dq)[kSubtiles][2][4], uint32_t (&ds)[kSubtiles][2], const uint32_t (&sq)[kSubtiles][2][4],
-                 const uint32_t (&sss)[kSubtiles][2]) {
-#pragma unroll
-    for (int m = 0; m < kSubtiles; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        ds[m][r] = sss[m][r];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) dq[m][r][w] = sq[m][r][w];
-      }
-  };
-  uint32_t q[Cfg::kDepth + 1][kSubtiles][2][4], s[Cfg::kDepth + 1][kSubtiles][2];
-  const int c0 = Cfg::kSplitK ? warp : 0;
-#pragma unroll
-  for (int d = 0; d < Cfg::kDepth; ++d)
-    if (c0 + d * step < nfull) load_full(c0 + d * step, q[d], s[d]);
   if constexpr (!kSwiglu) {
     smxx::wait_for_previous_kernels();  // the activations are GEMM1's
     smxx::allow_next_kernel();
@@ -432,10 +492,9 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     const float b_hi = __bfloat162float(__ushort_as_bfloat16(bias[row + 1]));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 8 * j + 2 * t + h;
       const int pair = pair_at(8 * j + 2 * t + h);
       if (pair < 0) continue;
-      detail::store_columns<kSwiglu>(p, row, r, v[h] + b_lo, v[2 + h] + b_hi, kSwiglu ? 0.f : p.route_w[pair]);
+      detail::store_columns<kSwiglu>(p, row, row_at(8 * j + 2 * t + h, pair), v[h] + b_lo, v[2 + h] + b_hi, kSwiglu ? 0.f : p.route_w[pair]);
     }
   };
 
@@ -462,11 +521,12 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         if (pre.pair[h] >= 0)
-          detail::store_columns<kSwiglu>(p, row, row0 + 8 * j + 2 * t + h, v[h] + pre.b_lo, v[2 + h] + pre.b_hi,
+          detail::store_columns<kSwiglu>(p, row, row_at(8 * j + 2 * t + h, pre.pair[h]), v[h] + pre.b_lo,
+                                         v[2 + h] + pre.b_hi,
                                          kSwiglu ? 0.f : p.route_w[pre.pair[h]]);
     }
     if constexpr (!kSwiglu)
-      if (per_pair && p.arrivals) detail::combine_if_last(p, ti / p.topk, nb);
+      if (per_pair && p.arrivals) detail::combine_if_last(p, columns, nb);
   } else {
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)

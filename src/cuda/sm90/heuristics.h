@@ -44,7 +44,7 @@ struct Config {
   int token_tile = 0;    // tokens per wgmma tile (the N of m64nNk16); 0 on the decode path
   int stages_gemm1 = 0;  // pipeline stages of GEMM1 (K = padded H) and GEMM2 (K = padded I)
   int stages_gemm2 = 0;
-  bool per_pair = false;  // decode path: a tile per (token, slot) pair (portable::per_pair_decode)
+  bool per_pair = false;  // decode path: per-pair tiles, no grouping (portable::per_pair_decode)
 };
 
 // Mean (token, slot) rows per expert, rounded up.
@@ -126,7 +126,7 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
                             int64_t intermediate_padded, const Overrides& o = {}) {
   Config c;
   const bool decode = decode_path(tokens, topk);
-  c.per_pair = portable::per_pair_decode(tokens, topk, experts, portable::token_tile(tokens, topk, experts));
+  c.per_pair = portable::per_pair_decode(tokens, topk, portable::token_tile(tokens, topk, experts));
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
