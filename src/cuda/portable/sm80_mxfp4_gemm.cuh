@@ -494,7 +494,8 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     for (int h = 0; h < 2; ++h) {
       const int pair = pair_at(8 * j + 2 * t + h);
       if (pair < 0) continue;
-      detail::store_columns<kSwiglu>(p, row, row_at(8 * j + 2 * t + h, pair), v[h] + b_lo, v[2 + h] + b_hi, kSwiglu ? 0.f : p.route_w[pair]);
+      detail::store_columns<kSwiglu>(p, row, row_at(8 * j + 2 * t + h, pair), v[h] + b_lo, v[2 + h] + b_hi,
+                                     kSwiglu ? 0.f : p.route_w[pair]);
     }
   };
 
