@@ -289,21 +289,24 @@ __device__ __forceinline__ void combine_if_last(const GemmParams& p, uint32_t co
   int token = -1;
   if (threadIdx.x < kColumns) {
     const int pair = nth_set_bit(columns, int(threadIdx.x));
-    if (pair >= 0 &&
-        arrive_acq_rel(p.arrivals + int64_t(pair / p.topk) * gridDim.y + blockIdx.y) == unsigned(p.topk - 1))
-      token = pair / p.topk;
+    if (pair >= 0) {
+      const int t = pair / p.topk;
+      if (arrive_acq_rel(p.arrivals + int64_t(t) * gridDim.y + blockIdx.y) == unsigned(p.topk - 1)) token = t;
+    }
     last_token[threadIdx.x] = token;
   }
   if (!__syncthreads_or(token >= 0)) return;
+  // One thread per output of the 32-row block; no barrier follows.
   const int col = nb + int(threadIdx.x);
+  if (threadIdx.x >= 32 || col >= p.n_valid) return;
 #pragma unroll 1
   for (int h = 0; h < kColumns; ++h) {
-    const int token = last_token[h];
-    if (token < 0 || threadIdx.x >= 32 || col >= p.n_valid) continue;
+    const int last = last_token[h];
+    if (last < 0) continue;
     float sum = 0.f;
     for (int slot = 0; slot < p.topk; ++slot)
-      sum += __ldcg(p.y_out + (int64_t(token) * p.topk + slot) * p.n_valid + col);
-    p.y[int64_t(token) * p.n_valid + col] = sum;
+      sum += __ldcg(p.y_out + (int64_t(last) * p.topk + slot) * p.n_valid + col);
+    p.y[int64_t(last) * p.n_valid + col] = sum;
   }
 }
 
