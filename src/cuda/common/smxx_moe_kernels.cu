@@ -372,22 +372,27 @@ smxx_group_by_expert(const int32_t* __restrict__ ids, int n_pairs, int E, int ti
   });
 }
 
-// y[t] = sum over slots s = 0..k-1, in that order, of the GEMM2 row of (t, s).
+// y[t] = sum over slots s = 0..k-1, in that order, of the GEMM2 row of (t, s):
+// row pair_row[t k + s], or row t k + s where pair_row is null (per-pair
+// decode stores each pair at its own index). Block (t, b) takes 4-float
+// groups [b, b + 1) * kCombineThreads of token t, one per thread, so each
+// thread's k loads go out together: one round trip to L2 at small T.
 __global__ void __launch_bounds__(kCombineThreads)
 smxx_combine(const float* __restrict__ ypair, const int32_t* __restrict__ pair_row, int k, int H,
              float* __restrict__ y) {
   const int tok = blockIdx.x;
+  const int c = blockIdx.y * kCombineThreads + threadIdx.x;
   wait_for_previous_kernels();
   allow_next_kernel();
-  for (int c = threadIdx.x; c < H / 4; c += blockDim.x) {
-    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < k; ++i) {
-      const int r = pair_row[int64_t(tok) * k + i];
-      const float4 v = reinterpret_cast<const float4*>(ypair + int64_t(r) * H)[c];
-      s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
-    }
-    reinterpret_cast<float4*>(y + int64_t(tok) * H)[c] = s;
+  if (c >= H / 4) return;
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = 0; i < k; ++i) {
+    const int64_t pair = int64_t(tok) * k + i;
+    const int64_t r = pair_row ? pair_row[pair] : pair;
+    const float4 v = reinterpret_cast<const float4*>(ypair + r * H)[c];
+    s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
   }
+  reinterpret_cast<float4*>(y + int64_t(tok) * H)[c] = s;
 }
 
 }  // namespace
@@ -447,7 +452,8 @@ Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int 
 
 Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t T, int64_t k, int64_t H, float* y,
                       bool overlap, cudaStream_t stream, const char* who) {
-  return cuda_status(launch_kernel(smxx_combine, dim3(unsigned(T)), dim3(kCombineThreads), 0, stream, overlap, ypair,
+  const unsigned blocks_per_token = unsigned((H / 4 + kCombineThreads - 1) / kCombineThreads);
+  return cuda_status(launch_kernel(smxx_combine, dim3(unsigned(T), blocks_per_token), dim3(kCombineThreads), 0, stream, overlap, ypair,
                                    pair_row, int(k), int(H), y),
                      who, "combine launch");
 }

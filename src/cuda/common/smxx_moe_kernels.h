@@ -41,7 +41,8 @@ Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts
                               bool overlap, cudaStream_t stream, const char* who);
 
 // y[t] = sum over slots s = 0..k-1, in that order, of row pair_row[t * k + s]
-// of ypair (fp32 [rows, hidden]); hidden a multiple of 4.
+// of ypair (fp32 [rows, hidden]), or of row t * k + s where pair_row is null;
+// hidden a multiple of 4.
 Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t tokens, int64_t k, int64_t hidden,
                       float* y, bool overlap, cudaStream_t stream, const char* who);
 

@@ -71,7 +71,8 @@ struct GemmParams {
   // Pair q's rows are row q of act_out / act_in (GEMM2) / y_out. The schedule
   // above is not read.
   const int32_t* pair_ids;
-  // Per-pair decode's combine, fused into GEMM2: arrivals [T, N / 32] count
+  // Per-pair decode's combine fused into GEMM2 (per_pair_fused_combine;
+  // null: a combine kernel follows): arrivals [T, N / 32] count
   // the blocks done per (token, 32-row block); the last of the k sums the k
   // rows of y_out in slot order into y. GEMM1 zeroes the n_arrivals counters.
   uint32_t* arrivals;
@@ -255,6 +256,14 @@ __device__ __forceinline__ PairTile pair_tile(const int32_t* ids, int n, int ti)
   return {e, same & ~before, __popc(before) % 8 == 0};
 }
 
+// Row group (16 weight rows, counted over all E * N rows of the layout) of row
+// `row` of expert e. The count is non-negative and below 2^32 (E * N rows of
+// K / 2 bytes each fit in memory), so it divides by shifts, and so do the
+// group's tile (g / 8) and place in it (g % 8).
+__device__ __forceinline__ uint32_t row_group(int e, int n_rows, int row) {
+  return (uint32_t(e) * uint32_t(n_rows) + uint32_t(row)) >> 4;
+}
+
 // Index of the n-th set bit of `mask` (n from 0 to 7), or -1; no branches.
 __device__ __forceinline__ int nth_set_bit(uint32_t mask, int n) {
 #pragma unroll
@@ -383,8 +392,8 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   int soff[kSubtiles][2];
 #pragma unroll
   for (int m = 0; m < kSubtiles; ++m) {
-    const int64_t gi = (int64_t(e) * p.n_rows + nb + 16 * m) / 16;
-    group[m] = p.codes + (gi / 8) * p.code_tile_stride + (gi % 8) * p.code_group_stride;
+    const uint32_t gi = detail::row_group(e, p.n_rows, nb + 16 * m);
+    group[m] = p.codes + int64_t(gi >> 3) * p.code_tile_stride + int64_t(gi & 7) * p.code_group_stride;
     soff[m][0] = int((16 * m) * p.scale_row_stride);
     soff[m][1] = int((16 * m + 1) * p.scale_row_stride);
   }
@@ -475,9 +484,9 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int64_t gi = (int64_t(e) * p.n_rows + nb + 16 * m) / 16;
-        const uint8_t* tail = p.codes + (gi / 8) * p.code_tile_stride + p.code_chunk_stride * nfull +
-                              (gi % 8) * p.code_tail_group_stride;
+        const uint32_t gi = detail::row_group(e, p.n_rows, nb + 16 * m);
+        const uint8_t* tail = p.codes + int64_t(gi >> 3) * p.code_tile_stride + p.code_chunk_stride * nfull +
+                              int64_t(gi & 7) * p.code_tail_group_stride;
         const uint2 v = detail::ld_stream8(tail + 256 * r + 8 * lane);
         q[0][m][r][0] = v.x; q[0][m][r][1] = v.y; q[0][m][r][2] = 0; q[0][m][r][3] = 0;
         s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
