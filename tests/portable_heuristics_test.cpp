@@ -28,25 +28,9 @@ TEST(PortableHeuristics, PerPairDecodeUpTo24Pairs) {
   EXPECT_FALSE(per_pair_decode(1, 4, 32));   // only with 8-token tiles
 }
 
-TEST(PortableHeuristics, GemmTwoSumsTheRowsWhileItIsOneWave) {
-  EXPECT_TRUE(per_pair_fused_combine(1, 4));    // gpt-oss T = 1: 4 x 90 GEMM2 blocks, one wave on 132 SMs
-  EXPECT_FALSE(per_pair_fused_combine(2, 4));   // 8 pairs: a combine kernel
-  EXPECT_FALSE(per_pair_fused_combine(6, 4));
-  EXPECT_TRUE(per_pair_fused_combine(4, 1));
-  EXPECT_FALSE(per_pair_fused_combine(5, 1));
-  EXPECT_TRUE(per_pair_fused_combine(6, 4, 1));   // override: fused
-  EXPECT_FALSE(per_pair_fused_combine(1, 4, 0));  // override: kernel
-}
-
 TEST(PortableHeuristics, DescribesTheTiles) {
-  EXPECT_EQ(describe_tiles(1, 4, 32), describe_per_pair(true));
-  EXPECT_EQ(describe_tiles(6, 4, 32), describe_per_pair(false));
-  EXPECT_EQ(describe_per_pair(true),
-            "a tile per expert of the (token, slot) pairs, found in the GEMMs: no grouping kernel; GEMM2 sums each "
-            "token's k rows");
-  EXPECT_EQ(describe_per_pair(false),
-            "a tile per expert of the (token, slot) pairs, found in the GEMMs: no grouping kernel; a combine kernel "
-            "sums each token's k rows");
+  EXPECT_EQ(describe_tiles(1, 4, 32), kPerPairDescription);
+  EXPECT_EQ(describe_tiles(6, 4, 32), kPerPairDescription);
   EXPECT_EQ(describe_tiles(8, 4, 32), "8-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(16, 4, 32), "8-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(1024, 4, 32), "32-token tiles of expert-grouped rows");

@@ -118,9 +118,8 @@ TEST_F(PortableGpu, GptOssHidden) {
 
 TEST_F(PortableGpu, PerPairDecode) {
   // Up to 24 pairs run as tiles that find their expert's pairs themselves
-  // (per_pair_decode), summed per token by GEMM2 up to 4 pairs (650, 651,
-  // 654) and by the combine kernel past that (per_pair_fused_combine): the
-  // router's ids, one expert
+  // (per_pair_decode), their rows summed per token by the combine kernel at
+  // the pairs' own indices: the router's ids, one expert
   // in every slot (one tile whose columns share a token), k = 8, several
   // tokens, the 64-wide K tail with padded rows (Hp = 320, Ip = 256), and
   // more than 8 pairs of one expert (a second tile from its 9th pair on; 24

@@ -26,9 +26,8 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
 // pairs of that expert as its other token columns, found by one ballot over
 // the routing ids; the other tiles are empty. So the forward needs no
 // grouping kernel (~3 us of the 33.6 us forward at T = 1 when it was
-// measured, H200, by launching it twice; at T = 1 GEMM2 also does the
-// combine, below), and pairs that share an expert still dequantise its
-// weights once.
+// measured, H200, by launching it twice), and pairs that share an expert
+// still dequantise its weights once.
 // Measured on the H200 (sm90 backend, 2026-11-30, us), against tiles of one
 // pair each while pairs * (pairs - 1) <= 2 E and expert-grouped tiles past
 // that: gpt-oss-20b T = 2 43.1 -> 43.6, T = 3 62.1 -> 59.2, T = 4 72.3 ->
@@ -43,33 +42,22 @@ inline bool per_pair_decode(int64_t tokens, int64_t topk, int token_tile) {
   return token_tile == 8 && tokens * topk <= kPerPairMaxPairs;
 }
 
-// Who sums a per-pair forward's k rows per token. Fused: GEMM2's block that
-// completes a (token, 32-row block) counter sums it, so no combine kernel,
-// but every GEMM2 block ends with a barrier and a GPU-scope acquire-release
-// arrival (its stores must reach L2 first) while it holds its SM slot. That
-// pays while GEMM2 is one wave of blocks; past it the blocks' waits add up,
-// and a combine kernel (whose launch overlaps GEMM2's tail) costs less.
-// Measured on the H200 (sm90 backend, 2026-11-30), the fused combine against
-// none at all (a timing-only build, us): gpt-oss-20b T = 1 1.7, T = 2 3.3,
-// T = 3 4.0, T = 4 4.3, T = 6 5.5; gpt-oss-120b 1.8, 3.2, 4.2, 5.2, 6.9.
-// `override_fused`: 1 fused, 0 kernel, -1 none (from MXMOE_PORTABLE_COMBINE
-// = fused | kernel, a tuning knob for benchmarks).
-inline constexpr int64_t kFusedCombineMaxPairs = 4;
-inline bool per_pair_fused_combine(int64_t tokens, int64_t topk, int override_fused = -1) {
-  if (override_fused == 0 || override_fused == 1) return override_fused == 1;
-  return tokens * topk <= kFusedCombineMaxPairs;
-}
-
-inline std::string describe_per_pair(bool fused_combine) {
-  return std::string("a tile per expert of the (token, slot) pairs, found in the GEMMs: no grouping kernel; ") +
-         (fused_combine ? "GEMM2 sums each token's k rows" : "a combine kernel sums each token's k rows");
-}
+// A per-pair forward's GEMM2 stores each pair's row at the pair's index and
+// the combine kernel sums each token's k rows. GEMM2's blocks did that sum
+// themselves at first (the block that completed a (token, 32-row block)
+// counter, after a barrier and a GPU-scope acquire-release arrival, while it
+// held its SM slot), which cost more than the kernel at every T up to 6
+// (H200, sm90 backend, 2026-11-30, us, fused / kernel): gpt-oss-20b T = 1
+// 25.2 / 25.0, T = 2 42.9 / 40.9, T = 4 69.0 / 65.8, T = 6 91.2 / 87.0;
+// gpt-oss-120b T = 1 25.6 / 25.1, T = 4 77.8 / 74.0, T = 6 108.3 / 102.9.
+inline constexpr const char* kPerPairDescription =
+    "a tile per expert of the (token, slot) pairs, found in the GEMMs: no grouping kernel";
 
 // One line on the tiles of both GEMMs at `tokens` (what `mxmoe info` prints),
 // e.g. "32-token tiles of expert-grouped rows".
 inline std::string describe_tiles(int64_t tokens, int64_t topk, int64_t experts) {
   const int tile = token_tile(tokens, topk, experts);
-  if (per_pair_decode(tokens, topk, tile)) return describe_per_pair(per_pair_fused_combine(tokens, topk));
+  if (per_pair_decode(tokens, topk, tile)) return kPerPairDescription;
   return std::to_string(tile) + "-token tiles of expert-grouped rows";
 }
 

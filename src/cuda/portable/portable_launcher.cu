@@ -2,7 +2,6 @@
 // shared router, grouping and combine kernels around the mma.sync GEMMs.
 #include <algorithm>
 #include <cstdlib>
-#include <string>
 
 #include <fmt/format.h>
 
@@ -19,11 +18,9 @@ namespace {
 // Workspace carve-up (every piece 256-byte aligned): the schedule, then
 // GEMM1's activations and GEMM2's rows.
 struct Layout : smxx::ScheduleOffsets {
-  size_t act = 0, ypair = 0, arrivals = 0, total = 0;
+  size_t act = 0, ypair = 0, total = 0;
   int tile = 8;
   bool per_pair = false;
-  bool fused_combine = false;  // per-pair: GEMM2 sums each token's k rows
-  int n_arrivals = 0;
 };
 
 Layout make_layout(const DeviceWeights& w, int64_t T) {
@@ -39,16 +36,7 @@ Layout make_layout(const DeviceWeights& w, int64_t T) {
   static_cast<smxx::ScheduleOffsets&>(l) = smxx::take_schedule(ws, T, k, E, l.tile);
   l.act = ws.take(size_t(l.rows * Ip) * 2);
   l.ypair = ws.take(size_t(l.rows * H) * 4);
-  static const int override_fused = [] {
-    const char* v = std::getenv("MXMOE_PORTABLE_COMBINE");
-    return v ? (std::string(v) == "fused" ? 1 : std::string(v) == "kernel" ? 0 : -1) : -1;
-  }();
   l.per_pair = per_pair_decode(T, k, l.tile);
-  l.fused_combine = l.per_pair && per_pair_fused_combine(T, k, override_fused);
-  if (l.fused_combine) {
-    l.n_arrivals = int(T * (w.hidden_padded / 32));
-    l.arrivals = ws.take(size_t(l.n_arrivals) * 4);
-  }
   l.total = ws.off;
   return l;
 }
@@ -163,11 +151,6 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
   if (l.per_pair) g1.pair_ids = ids;
-  if (l.fused_combine) {
-    g1.arrivals = static_cast<uint32_t*>(at(l.arrivals));
-    g1.n_arrivals = l.n_arrivals;
-    g1.y = a.y;
-  }
   const int64_t tiles = l.per_pair ? T * k : l.max_tiles;
   MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, true, tiles, overlap, stream), "GEMM1 launch"));
 
@@ -194,7 +177,6 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g2.route_w = rweights;
   MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, false, tiles, overlap, stream), "GEMM2 launch"));
 
-  if (l.fused_combine) return Status::Ok();
   // Per-pair rows lie at their pair's index (no pair_row).
   return smxx::launch_combine(ypair, l.per_pair ? nullptr : pair_row, T, k, H, a.y, overlap, stream, kWho);
 }

@@ -71,13 +71,6 @@ struct GemmParams {
   // Pair q's rows are row q of act_out / act_in (GEMM2) / y_out. The schedule
   // above is not read.
   const int32_t* pair_ids;
-  // Per-pair decode's combine fused into GEMM2 (per_pair_fused_combine;
-  // null: a combine kernel follows): arrivals [T, N / 32] count
-  // the blocks done per (token, 32-row block); the last of the k sums the k
-  // rows of y_out in slot order into y. GEMM1 zeroes the n_arrivals counters.
-  uint32_t* arrivals;
-  int n_arrivals;
-  float* y;
   // GEMM1 epilogue: SwiGLU -> act_out bf16 [rows, act_out_stride]
   uint16_t* act_out;
   int64_t act_out_stride;
@@ -272,53 +265,6 @@ __device__ __forceinline__ int nth_set_bit(uint32_t mask, int n) {
   return __ffs(int(mask)) - 1;
 }
 
-// Arrival on a GPU-scope counter: releases what the block stored before the
-// barrier that precedes it (release is cumulative over what this thread has
-// observed) and acquires what the earlier arrivals released; returns the
-// count before.
-__device__ __forceinline__ unsigned arrive_acq_rel(unsigned* counter) {
-  unsigned before;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
-  return before;
-}
-
-// Per-pair decode's fused combine, called by every thread of a GEMM2 block
-// after its rows of y_out are stored: for each pair of the tile (token column
-// h is the h-th bit of `columns`), the block that finds the other k - 1
-// blocks of the pair's (token, 32-row block) done sums the k rows in slot
-// order, as the combine kernel does, so the output is the same bit for bit.
-// The barrier then thread h's acquire-release arrival order the block's
-// stores before its arrivals, and the last block's reads (after the next
-// barrier) after the other blocks' stores, with no thread of the block
-// waiting on a full fence; y_out is read through L2 (another SM wrote it).
-__device__ __forceinline__ void combine_if_last(const GemmParams& p, uint32_t columns, int nb) {
-  constexpr int kColumns = 8;
-  __shared__ int last_token[kColumns];  // token whose sum this block does, or -1
-  __syncthreads();
-  int token = -1;
-  if (threadIdx.x < kColumns) {
-    const int pair = nth_set_bit(columns, int(threadIdx.x));
-    if (pair >= 0) {
-      const int t = pair / p.topk;
-      if (arrive_acq_rel(p.arrivals + int64_t(t) * gridDim.y + blockIdx.y) == unsigned(p.topk - 1)) token = t;
-    }
-    last_token[threadIdx.x] = token;
-  }
-  if (!__syncthreads_or(token >= 0)) return;
-  // One thread per output of the 32-row block; no barrier follows.
-  const int col = nb + int(threadIdx.x);
-  if (threadIdx.x >= 32 || col >= p.n_valid) return;
-#pragma unroll 1
-  for (int h = 0; h < kColumns; ++h) {
-    const int last = last_token[h];
-    if (last < 0) continue;
-    float sum = 0.f;
-    for (int slot = 0; slot < p.topk; ++slot)
-      sum += __ldcg(p.y_out + (int64_t(last) * p.topk + slot) * p.n_valid + col);
-    p.y[int64_t(last) * p.n_valid + col] = sum;
-  }
-}
-
 }  // namespace detail
 
 // Decode (NT == 1): the 8 warps of a block split K over the same 32 weight
@@ -366,8 +312,6 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     smxx::allow_next_kernel();
   }
   const bool per_pair = NT == 1 && p.pair_ids != nullptr;
-  if (kSwiglu && p.arrivals && blockIdx.x == 0 && blockIdx.y == 0)
-    for (int i = threadIdx.x; i < p.n_arrivals; i += blockDim.x) p.arrivals[i] = 0;  // read by GEMM2 only
   // Three independent loads in flight at once (the schedule arrays hold
   // gridDim.x entries); entries past the tile count are not used.
   const int n_tiles = per_pair ? int(gridDim.x) : *p.num_tiles;
@@ -538,8 +482,6 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
                                          v[2 + h] + pre.b_hi,
                                          kSwiglu ? 0.f : p.route_w[pre.pair[h]]);
     }
-    if constexpr (!kSwiglu)
-      if (per_pair && p.arrivals) detail::combine_if_last(p, columns, nb);
   } else {
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)

@@ -45,7 +45,6 @@ struct Config {
   int stages_gemm1 = 0;  // pipeline stages of GEMM1 (K = padded H) and GEMM2 (K = padded I)
   int stages_gemm2 = 0;
   bool per_pair = false;  // decode path: per-pair tiles, no grouping (portable::per_pair_decode)
-  bool fused_combine = false;  // per-pair: GEMM2 sums each token's rows (portable::per_pair_fused_combine)
 };
 
 // Mean (token, slot) rows per expert, rounded up.
@@ -128,14 +127,12 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   Config c;
   const bool decode = decode_path(tokens, topk);
   c.per_pair = portable::per_pair_decode(tokens, topk, portable::token_tile(tokens, topk, experts));
-  c.fused_combine = c.per_pair && portable::per_pair_fused_combine(tokens, topk);
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
   if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
   c.path = Path::kWgmma;
   c.per_pair = false;
-  c.fused_combine = false;
   c.token_tile = bn;
   c.stages_gemm1 = s1;
   c.stages_gemm2 = s2;
@@ -145,7 +142,7 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
 // One line, e.g. "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2), 1 block per SM".
 inline std::string describe(const Config& c) {
   if (c.path == Path::kPortableDecode)
-    return c.per_pair ? "portable decode kernels (mma.sync GEMV), " + portable::describe_per_pair(c.fused_combine)
+    return c.per_pair ? std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription
                       : "portable decode kernels (mma.sync GEMV) on expert-grouped tiles";
   const int blocks = blocks_per_sm(c.token_tile);
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
