@@ -453,8 +453,8 @@ Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int 
 Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t T, int64_t k, int64_t H, float* y,
                       bool overlap, cudaStream_t stream, const char* who) {
   const unsigned blocks_per_token = unsigned((H / 4 + kCombineThreads - 1) / kCombineThreads);
-  return cuda_status(launch_kernel(smxx_combine, dim3(unsigned(T), blocks_per_token), dim3(kCombineThreads), 0, stream, overlap, ypair,
-                                   pair_row, int(k), int(H), y),
+  return cuda_status(launch_kernel(smxx_combine, dim3(unsigned(T), blocks_per_token), dim3(kCombineThreads), 0,
+                                   stream, overlap, ypair, pair_row, int(k), int(H), y),
                      who, "combine launch");
 }
 
