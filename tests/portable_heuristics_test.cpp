@@ -1,5 +1,6 @@
 // The portable backend's policy: the token tile as a pure function of the
-// problem (mean rows per expert) and of the tuning override.
+// problem (mean rows per expert) and of the tuning override, and the warps of
+// a decode block as one of its grid and the SM count.
 #include <gtest/gtest.h>
 
 #include "cuda/portable/heuristics.h"
@@ -26,6 +27,15 @@ TEST(PortableHeuristics, PerPairDecodeUpTo24Pairs) {
   EXPECT_TRUE(per_pair_decode(24, 1, 8));
   EXPECT_FALSE(per_pair_decode(25, 1, 8));
   EXPECT_FALSE(per_pair_decode(1, 4, 32));   // only with 8-token tiles
+}
+
+TEST(PortableHeuristics, DecodeBlockWarpsFollowTheGrid) {
+  // gpt-oss at T = 1 on 132 SMs: GEMM1 4 tiles x 180 row blocks, GEMM2 4 x 90.
+  EXPECT_EQ(decode_block_warps(4 * 180, 132), 4);
+  EXPECT_EQ(decode_block_warps(4 * 90, 132), 8);
+  EXPECT_EQ(decode_block_warps(528, 132), 4);  // 4 blocks per SM
+  EXPECT_EQ(decode_block_warps(527, 132), 8);
+  EXPECT_EQ(decode_block_warps(1, 132), 8);
 }
 
 TEST(PortableHeuristics, DescribesTheTiles) {

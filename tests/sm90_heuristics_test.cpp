@@ -10,16 +10,16 @@ namespace mxmoe::sm90 {
 namespace {
 
 TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
-  // Up to 24 (token, slot) pairs: T = 6 at top-4, whatever the experts.
+  // Up to 64 (token, slot) pairs: T = 16 at top-4, whatever the experts.
   EXPECT_EQ(choose_config(1, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(6, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(7, 4, 32, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(6, 4, 128, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(7, 4, 128, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(16, 4, 32, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(24, 1, 8, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(25, 1, 8, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(9, 4, 128, 2944, 2944).token_tile, 16);
+  EXPECT_EQ(choose_config(16, 4, 32, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(17, 4, 32, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(16, 4, 128, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(17, 4, 128, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(64, 4, 32, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(64, 1, 8, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(65, 1, 8, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(17, 4, 128, 2944, 2944).token_tile, 16);
   EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
   EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
   const Config decode = choose_config(6, 4, 32, 2944, 2944);

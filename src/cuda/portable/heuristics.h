@@ -42,6 +42,20 @@ inline bool per_pair_decode(int64_t tokens, int64_t topk, int token_tile) {
   return token_tile == 8 && tokens * topk <= kPerPairMaxPairs;
 }
 
+// Warps of a decode block (8-token tiles): they split the K of the block's 32
+// weight rows, each warp a quarter or an eighth of the chunks. Fewer warps a
+// block run more chunks each behind one prologue and a shorter reduction, and
+// twice the blocks fit an SM (6 x 128 or 3 x 256 threads at 80 registers), so
+// the warps resident per SM stay 24 while the grid holds a block per 4-warp
+// slot or so. A grid of fewer blocks keeps 8 warps a block: with 4 it would
+// leave half the SMs' warp slots, and the loads they keep in flight, empty.
+// Measured on the H200 (sm90 backend, 2026-11-30, us, both GEMMs 8 warps /
+// GEMM1 4 / both 4): gpt-oss-20b T = 1 24.9 / 23.7 / 26.7 (GEMM2 has 360
+// blocks, GEMM1 720), T = 2 41.1 / 39.4 / 38.6, T = 4 66.0 / 62.8 / 61.6, T =
+// 6 87.0 / 82.1 / 80.6; gpt-oss-120b T = 1 25.2 / 23.8 / 26.8, T = 4 74.9 /
+// 71.0 / 68.8. Blocks of 2 warps were slower than 4 at every T from 2.
+inline int decode_block_warps(int64_t blocks, int sms) { return blocks >= 4 * int64_t(sms) ? 4 : 8; }
+
 // A per-pair forward's GEMM2 stores each pair's row at the pair's index and
 // the combine kernel sums each token's k rows. GEMM2's blocks did that sum
 // themselves at first (the block that completed a (token, 32-row block)

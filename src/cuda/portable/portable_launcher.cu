@@ -152,7 +152,16 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.limit = w.swiglu.limit;
   if (l.per_pair) g1.pair_ids = ids;
   const int64_t tiles = l.per_pair ? T * k : l.max_tiles;
-  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, true, tiles, overlap, stream), "GEMM1 launch"));
+  int sms = 0;
+  if (l.tile == 8) {
+    int dev = 0;
+    MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+    MXMOE_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count"));
+  }
+  // A decode GEMM's blocks: its tiles times its 32-row blocks.
+  const auto warps = [&](const GemmParams& g) { return decode_block_warps(tiles * (g.n_rows / 32), sms); };
+  MXMOE_RETURN_IF_ERROR(
+      cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, warps(g1), true, tiles, overlap, stream), "GEMM1 launch"));
 
   GemmParams g2 = g1;
   g2.codes = w.w2_codes;
@@ -175,7 +184,8 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g2.y_out = ypair;
   g2.n_valid = int(H);
   g2.route_w = rweights;
-  MXMOE_RETURN_IF_ERROR(cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, false, tiles, overlap, stream), "GEMM2 launch"));
+  MXMOE_RETURN_IF_ERROR(
+      cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, warps(g2), false, tiles, overlap, stream), "GEMM2 launch"));
 
   // Per-pair rows lie at their pair's index (no pair_row).
   return smxx::launch_combine(ypair, l.per_pair ? nullptr : pair_row, T, k, H, a.y, overlap, stream, kWho);

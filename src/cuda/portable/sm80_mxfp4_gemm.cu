@@ -7,20 +7,24 @@
 namespace mxmoe::portable {
 
 namespace {
-template <int NT, bool kSwiglu>
+template <int NT, bool kSwiglu, int kDecodeWarps = 8>
 cudaError_t launch(const GemmParams& p, int64_t max_tiles, bool overlap, cudaStream_t stream) {
-  constexpr int rows = GemmConfig<NT>::kRowsPerBlock;
+  using Cfg = GemmConfig<NT, kDecodeWarps>;
+  constexpr int rows = Cfg::kRowsPerBlock;
   const dim3 grid(unsigned(max_tiles), unsigned((p.n_rows + rows - 1) / rows));
-  return smxx::launch_kernel(sm80_mxfp4_moe_gemm<NT, kSwiglu>, grid, dim3(GemmConfig<NT>::kWarps * 32), 0, stream,
-                       overlap, p);
+  return smxx::launch_kernel(sm80_mxfp4_moe_gemm<NT, kSwiglu, kDecodeWarps>, grid, dim3(Cfg::kWarps * 32), 0,
+                             stream, overlap, p);
 }
 }  // namespace
 
-cudaError_t launch_mxfp4_moe_gemm(const GemmParams& p, int token_tile, bool swiglu,
+cudaError_t launch_mxfp4_moe_gemm(const GemmParams& p, int token_tile, int decode_warps, bool swiglu,
                                   int64_t max_tiles, bool overlap, cudaStream_t stream) {
   const auto a = [&](auto f) { return f(p, max_tiles, overlap, stream); };
   switch (token_tile) {
-    case 8: return swiglu ? a(launch<1, true>) : a(launch<1, false>);
+    case 8:
+      if (decode_warps == 4) return swiglu ? a(launch<1, true, 4>) : a(launch<1, false, 4>);
+      if (decode_warps == 8) return swiglu ? a(launch<1, true, 8>) : a(launch<1, false, 8>);
+      return cudaErrorInvalidValue;
     case 32: return swiglu ? a(launch<4, true>) : a(launch<4, false>);
     case 64: return swiglu ? a(launch<8, true>) : a(launch<8, false>);
     default: return cudaErrorInvalidValue;

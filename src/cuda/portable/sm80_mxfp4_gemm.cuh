@@ -267,33 +267,35 @@ __device__ __forceinline__ int nth_set_bit(uint32_t mask, int n) {
 
 }  // namespace detail
 
-// Decode (NT == 1): the 8 warps of a block split K over the same 32 weight
-// rows (a GEMV has too few rows per SM otherwise to keep enough bytes in
-// flight), reduced through shared memory in a fixed order; codes are loaded
-// one chunk ahead. Prefill (NT > 1): the warps split N (4 x 32 = 128 weight
-// rows) over the same tokens, so the block's activation loads hit L1 for three
-// warps out of four, and each warp runs the whole K.
-// Measured alternatives (docs/PERF.md): 4 warps split K (v1) and two chunks
-// ahead (v2) were slower; so were 16-row blocks with every code load of a warp
-// issued up front (v7b: the per-warp prologue and reduction then cost more
-// than the exposed load latency they hid).
-template <int NT>
+// Decode (NT == 1): the 4 or 8 warps of a block (decode_block_warps in
+// heuristics.h) split K over the same 32 weight rows (a GEMV has too few rows
+// per SM otherwise to keep enough bytes in flight), reduced through shared
+// memory in a fixed order; codes are loaded one chunk ahead. Prefill (NT > 1):
+// the warps split N (4 x 32 = 128 weight rows) over the same tokens, so the
+// block's activation loads hit L1 for three warps out of four, and each warp
+// runs the whole K.
+// Measured alternatives (docs/PERF.md): two chunks ahead (v2) was slower; so
+// were 16-row blocks with every code load of a warp issued up front (v7b: the
+// per-warp prologue and reduction then cost more than the exposed load
+// latency they hid).
+template <int NT, int kDecodeWarps = 8>
 struct GemmConfig {
+  static_assert(kDecodeWarps == 4 || kDecodeWarps == 8, "decode blocks of 4 or 8 warps (heuristics.h)");
   static constexpr bool kSplitK = NT == 1;
-  static constexpr int kWarps = kSplitK ? 8 : 4;
+  static constexpr int kWarps = kSplitK ? kDecodeWarps : 4;
   static constexpr int kRowsPerBlock = kSplitK ? 16 * kSubtiles : 16 * kSubtiles * kWarps;
   static constexpr int kDepth = 1;  // chunks of codes loaded ahead
-  // Decode: 3 x 256 threads per SM (<= 85 registers, no spills): ncu of 2
-  // blocks per SM showed 4 warps per scheduler issuing every 6.5 cycles with
-  // HBM at 31%, so more warps overlap more.
-  static constexpr int kMinBlocks = kSplitK ? 3 : 1;
+  // Decode: 24 warps per SM (<= 85 registers, no spills): ncu of 16 showed
+  // 4 warps per scheduler issuing every 6.5 cycles with HBM at 31%, so more
+  // warps overlap more.
+  static constexpr int kMinBlocks = kSplitK ? 24 / kDecodeWarps : 1;
 };
 
-template <int NT, bool kSwiglu>
-__global__ void __launch_bounds__(GemmConfig<NT>::kWarps * 32, GemmConfig<NT>::kMinBlocks)
+template <int NT, bool kSwiglu, int kDecodeWarps = 8>
+__global__ void __launch_bounds__(GemmConfig<NT, kDecodeWarps>::kWarps * 32, GemmConfig<NT, kDecodeWarps>::kMinBlocks)
 sm80_mxfp4_moe_gemm(const GemmParams p) {
   static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8, "token tile is 8*NT with NT in {1,2,4,8}");
-  using Cfg = GemmConfig<NT>;
+  using Cfg = GemmConfig<NT, kDecodeWarps>;
   using detail::EpilogueInputs;
   constexpr int kW = Cfg::kWarps;
   // Split-K partial sums: [warp][(m*NT + j)*4 + c][lane], lanes contiguous so

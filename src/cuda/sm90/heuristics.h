@@ -17,16 +17,17 @@ namespace mxmoe::sm90 {
 // tokens instead of 8 left gpt-oss-120b T = 256 at 741 vs 737 us (H200).
 inline constexpr int kMaxStages = 8;
 // The portable decode kernels (8-token tiles, split K) beat the wgmma GEMMs
-// up to 16 (token, slot) pairs; from 32 pairs the wgmma GEMMs win whatever
-// number of experts the pairs touch (before s29 they lost at 32 and 64 pairs
-// on 32 experts, and the bound also counted the experts touched). Measured on
-// the H200 (s29, 2026-11-30), decode / wgmma with 16-token tiles in us, two
-// runs each: gpt-oss-120b T = 4 (16 pairs) 79.3, 79.5 / 86.0, 86.0; T = 8 (32)
-// 140.7, 141.2 / 139.4, 139.2; T = 16 (64) 236.3, 236.8 / 217.0, 217.1;
-// gpt-oss-20b T = 8 (32) 108.0, 108.0 / 107.0, 107.3; T = 12 (48) 125.7,
-// 125.5 / 125.5, 125.4; T = 16 (64) 137.4, 136.9 / 133.0, 133.3. The bound
-// lies midway between 16 and 32.
-inline constexpr int64_t kDecodeMaxPairs = 24;
+// up to 64 (token, slot) pairs on both models. Measured on the H200 (decode
+// blocks of 4 or 8 warps, 2026-11-30), decode / wgmma in us, two runs each:
+// gpt-oss-20b T = 8 (32 pairs) 92.6, 92.7 / 103.0, 101.9; T = 12 (48) 107.2,
+// 107.5 / 119.8, 118.6; T = 16 (64) 117.0, 117.2 / 126.5, 125.8; T = 24 (96)
+// 126.9, 127.0 / 133.7, 133.6; T = 32 (128) 134.1, 134.9 / 137.3, 136.8.
+// gpt-oss-120b T = 8 120.8, 121.2 / 131.1, 131.2; T = 12 162.1, 162.3 /
+// 170.2, 170.1; T = 16 198.7, 199.4 / 201.7, 201.9; T = 24 264.6, 265.0 /
+// 259.5, 259.5; T = 32 317.0, 316.7 / 306.1, 306.3. Past 64 pairs the gain on
+// 32 experts (5% at 96 pairs, 2% at 128) is smaller than the loss on 128 (2%,
+// 3.5%). With blocks of 8 warps (s29) the bound lay between 16 and 32 pairs.
+inline constexpr int64_t kDecodeMaxPairs = 64;
 
 // Whether the portable decode kernels take `tokens` tokens.
 inline bool decode_path(int64_t tokens, int64_t topk) { return tokens * topk <= kDecodeMaxPairs; }
