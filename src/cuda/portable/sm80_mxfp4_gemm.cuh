@@ -322,10 +322,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   const int row0 = per_pair ? ti : p.tile_row[ti];
   if (ti >= n_tiles) return;  // the grid is sized from an upper bound
   if (per_pair && !pt.leads) return;  // pair ti is a column of an earlier pair's tile
-  const uint32_t columns = pt.columns;
-  // Pair of token column `col` of the tile (-1: padding) and its row of the
-  // activations and outputs.
-  auto pair_at = [&](int col) { return per_pair ? detail::nth_set_bit(columns, col) : p.sorted_pair[row0 + col]; };
+  // Row of the activations and outputs of token column `col`, pair `pair`.
   auto row_at = [&](int col, int pair) { return per_pair ? pair : row0 + col; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 16 * kSubtiles * warp);
@@ -378,12 +375,19 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   for (int d = 0; d < Cfg::kDepth; ++d)
     if (c0 + d * step < nfull) load_full(c0 + d * step, q[d], s[d]);
 
+  // Pair of token column `col` of the tile (-1: padding). Per-pair tiles:
+  // lane l finds the pair of column l % 8 (one bit search a lane, after the
+  // first loads are out), the other lanes take it by a shuffle.
+  const int lane_pair = per_pair ? detail::nth_set_bit(pt.columns, lane & 7) : -1;
+  auto pair_at = [&](int col) {
+    return per_pair ? __shfl_sync(0xffffffffu, lane_pair, col) : p.sorted_pair[row0 + col];
+  };
   const uint16_t* arow[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int pair = pair_at(8 * j + g);
     if (pair < 0) arow[j] = nullptr;
-    else if (kSwiglu) arow[j] = p.act_in + int64_t(pair / p.topk) * p.act_in_stride;
+    else if (kSwiglu) arow[j] = p.act_in + int64_t(uint32_t(pair) / uint32_t(p.topk)) * p.act_in_stride;
     else arow[j] = p.act_in + int64_t(row_at(8 * j + g, pair)) * p.act_in_stride;
   }
 
