@@ -285,9 +285,9 @@ struct GemmConfig {
   static constexpr int kWarps = kSplitK ? kDecodeWarps : 4;
   static constexpr int kRowsPerBlock = kSplitK ? 16 * kSubtiles : 16 * kSubtiles * kWarps;
   static constexpr int kDepth = 1;  // chunks of codes loaded ahead
-  // Decode: 24 warps per SM (<= 85 registers, no spills): ncu of 16 showed
-  // 4 warps per scheduler issuing every 6.5 cycles with HBM at 31%, so more
-  // warps overlap more.
+  // Decode: 24 warps per SM (<= 85 registers, no spills): ncu at 16 warps per
+  // SM showed 4 warps per scheduler issuing every 6.5 cycles with HBM at 31%,
+  // so more warps overlap more.
   static constexpr int kMinBlocks = kSplitK ? 24 / kDecodeWarps : 1;
 };
 
