@@ -38,6 +38,19 @@ TEST(PortableHeuristics, DecodeBlockWarpsFollowTheGrid) {
   EXPECT_EQ(decode_block_warps(1, 132), 8);
 }
 
+TEST(PortableHeuristics, DecodeWarpsPerGemm) {
+  // gpt-oss (2I = 5760 and H = 2880 rows) on 132 SMs: per-pair tiles at T = 1 and 2, grouped at 16.
+  const DecodeWarps t1 = decode_warps(1, 4, 32, 5760, 2880, 132);
+  EXPECT_EQ(t1.gemm1, 4);  // 4 x 180 blocks
+  EXPECT_EQ(t1.gemm2, 8);  // 4 x 90
+  EXPECT_EQ(decode_warps(2, 4, 32, 5760, 2880, 132).gemm2, 4);   // 8 x 90
+  EXPECT_EQ(decode_warps(16, 4, 32, 5760, 2880, 132).gemm2, 4);  // 40 tiles x 90
+  const DecodeWarps small = decode_warps(1, 2, 8, 384, 192, 132);  // H = I = 192
+  EXPECT_EQ(small.gemm1, 8);
+  EXPECT_EQ(small.gemm2, 8);
+  EXPECT_EQ(describe_decode_warps(t1, 132), "blocks of 4 warps (GEMM1) and 8 (GEMM2) on 132 SMs");
+}
+
 TEST(PortableHeuristics, DescribesTheTiles) {
   EXPECT_EQ(describe_tiles(1, 4, 32), kPerPairDescription);
   EXPECT_EQ(describe_tiles(6, 4, 32), kPerPairDescription);

@@ -50,18 +50,30 @@ int run(const InfoOptions& o) {
   fmt::print("\n{}", describe_backends(dispatch_input_for_this_process("auto", shape)));
   fmt::print("\npreparation for the {} (E={} H={} I={} top-{}):\n{}", shape_source, shape.experts, shape.hidden,
              shape.intermediate, shape.topk, describe_preparation(shape));
-  // What the portable and sm90 backends would run at each token count of the bench sweep.
+  // What the portable and sm90 backends would run at each token count of the bench sweep, on this
+  // GPU's SM count or an H200's.
+  const int sms = devices.empty() ? 132 : devices.front().multiprocessors;
+  // The decode GEMMs' block warps for a plan's padded shape (8-token tiles only).
+  const auto decode_blocks = [&](int64_t T, const PreparePlan& plan) {
+    return "; " + portable::describe_decode_warps(
+                      portable::decode_warps(T, shape.topk, shape.experts, 2 * plan.intermediate_padded,
+                                             plan.hidden_padded, sms),
+                      sms);
+  };
+  const PreparePlan portable_plan = make_plan(BackendKind::kPortable, shape);
   fmt::print("\nportable configuration per token count (docs/PERF.md):\n");
   for (int64_t T : {1, 4, 16, 64, 256, 1024, 4096, 16384})
-    fmt::print("  T = {:>5}: {}\n", T, portable::describe_tiles(T, shape.topk, shape.experts));
+    fmt::print("  T = {:>5}: {}{}\n", T, portable::describe_tiles(T, shape.topk, shape.experts),
+               portable::token_tile(T, shape.topk, shape.experts) == 8 ? decode_blocks(T, portable_plan) : "");
   const PreparePlan sm90_plan = make_plan(BackendKind::kSm90, shape);
   fmt::print("\nsm90 configuration per token count (heuristics measured on an H200; docs/PERF.md):\n");
-  for (int64_t T : {1, 4, 16, 64, 256, 1024, 4096, 16384})
-    fmt::print("  T = {:>5}: {}\n", T,
-               sm90::describe(sm90::choose_config(T, shape.topk, shape.experts, sm90_plan.hidden_padded,
-                                                  sm90_plan.intermediate_padded)));
+  for (int64_t T : {1, 4, 16, 64, 256, 1024, 4096, 16384}) {
+    const sm90::Config c =
+        sm90::choose_config(T, shape.topk, shape.experts, sm90_plan.hidden_padded, sm90_plan.intermediate_padded);
+    const bool tiles8 = c.path == sm90::Path::kPortableDecode && portable::token_tile(T, shape.topk, shape.experts) == 8;
+    fmt::print("  T = {:>5}: {}{}\n", T, sm90::describe(c), tiles8 ? decode_blocks(T, sm90_plan) : "");
+  }
   // The fused router (forwards without the caller's routing), on this GPU or on an H200.
-  const int sms = devices.empty() ? 132 : devices.front().multiprocessors;
   fmt::print("\nfused router on SM90+ ({} SMs{}): {}; below SM90 one block a 16-token block\n", sms,
              devices.empty() ? ", an H200" : "", smxx::describe_router(shape.experts, sms));
   return 0;

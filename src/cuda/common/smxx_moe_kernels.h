@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/common/token_tiles.h"
 #include "mxmoe/status.h"
 
 namespace mxmoe::smxx {
@@ -45,13 +46,6 @@ Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts
 // hidden a multiple of 4.
 Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t tokens, int64_t k, int64_t hidden,
                       float* y, bool overlap, cudaStream_t stream, const char* who);
-
-// Upper bound on the number of token tiles: sum_e ceil(c_e / tile) with
-// sum_e c_e = T*k is at most ceil(T*k / tile) + (number of non-empty experts).
-inline int64_t max_token_tiles(int64_t tokens, int64_t topk, int64_t experts, int tile) {
-  const int64_t pairs = tokens * topk;
-  return (pairs + tile - 1) / tile + (pairs < experts ? pairs : experts);
-}
 
 // Carves a workspace into 256-byte-aligned pieces, in the order taken.
 struct WorkspaceCursor {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/token_tiles.h"
+
 namespace mxmoe::portable {
 
 // Token tile (the mma N side: 8 tokens per n-subtile) of both GEMMs. Each tile
@@ -55,6 +57,26 @@ inline bool per_pair_decode(int64_t tokens, int64_t topk, int token_tile) {
 // 6 87.0 / 82.1 / 80.6; gpt-oss-120b T = 1 25.2 / 23.8 / 26.8, T = 4 74.9 /
 // 71.0 / 68.8. Blocks of 2 warps were slower than 4 at every T from 2.
 inline int decode_block_warps(int64_t blocks, int sms) { return blocks >= 4 * int64_t(sms) ? 4 : 8; }
+
+// The warps of each decode GEMM's blocks at `tokens` (8-token tiles): a tile
+// per (token, slot) pair on the per-pair path, else the grouping's upper
+// bound on tiles; GEMM1 has gemm1_rows / 32 row blocks a tile (2 I padded),
+// GEMM2 gemm2_rows / 32 (H padded).
+struct DecodeWarps {
+  int gemm1 = 8, gemm2 = 8;
+};
+inline DecodeWarps decode_warps(int64_t tokens, int64_t topk, int64_t experts, int64_t gemm1_rows,
+                                int64_t gemm2_rows, int sms) {
+  const int64_t tiles = per_pair_decode(tokens, topk, 8) ? tokens * topk
+                                                         : smxx::max_token_tiles(tokens, topk, experts, 8);
+  return {decode_block_warps(tiles * (gemm1_rows / 32), sms), decode_block_warps(tiles * (gemm2_rows / 32), sms)};
+}
+
+// E.g. "blocks of 4 warps (GEMM1) and 8 (GEMM2) on 132 SMs".
+inline std::string describe_decode_warps(const DecodeWarps& w, int sms) {
+  return "blocks of " + std::to_string(w.gemm1) + " warps (GEMM1) and " + std::to_string(w.gemm2) + " (GEMM2) on " +
+         std::to_string(sms) + " SMs";
+}
 
 // A per-pair forward's GEMM2 stores each pair's row at the pair's index and
 // the combine kernel sums each token's k rows. GEMM2's blocks did that sum

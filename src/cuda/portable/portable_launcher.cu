@@ -152,16 +152,15 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.limit = w.swiglu.limit;
   if (l.per_pair) g1.pair_ids = ids;
   const int64_t tiles = l.per_pair ? T * k : l.max_tiles;
-  int sms = 0;
+  DecodeWarps warps;
   if (l.tile == 8) {
-    int dev = 0;
+    int dev = 0, sms = 0;
     MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
     MXMOE_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count"));
+    warps = decode_warps(T, k, E, g1.n_rows, Hp, sms);
   }
-  // A decode GEMM's blocks: its tiles times its 32-row blocks.
-  const auto warps = [&](const GemmParams& g) { return decode_block_warps(tiles * (g.n_rows / 32), sms); };
   MXMOE_RETURN_IF_ERROR(
-      cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, warps(g1), true, tiles, overlap, stream), "GEMM1 launch"));
+      cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, warps.gemm1, true, tiles, overlap, stream), "GEMM1 launch"));
 
   GemmParams g2 = g1;
   g2.codes = w.w2_codes;
@@ -185,7 +184,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g2.n_valid = int(H);
   g2.route_w = rweights;
   MXMOE_RETURN_IF_ERROR(
-      cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, warps(g2), false, tiles, overlap, stream), "GEMM2 launch"));
+      cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, warps.gemm2, false, tiles, overlap, stream), "GEMM2 launch"));
 
   // Per-pair rows lie at their pair's index (no pair_row).
   return smxx::launch_combine(ypair, l.per_pair ? nullptr : pair_row, T, k, H, a.y, overlap, stream, kWho);
