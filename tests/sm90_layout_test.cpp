@@ -241,8 +241,9 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
   std::vector<uint8_t> codes(size_t(rows * row_bytes)), scales(size_t(rows * kp / 32));
   for (auto& c : codes) c = uint8_t(rng());
   for (auto& s : scales) s = uint8_t(125 + rng() % 5);
-  std::vector<uint8_t> uploaded(codes.size());
+  std::vector<uint8_t> uploaded(codes.size()), uploaded_scales(scales.size());
   ASSERT_TRUE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, codes.data(), rows, kp, uploaded.data()).ok());
+  ASSERT_TRUE(swizzle_scales(WeightSwizzle::kMmaRowTiles128, scales.data(), rows, kp, uploaded_scales.data()).ok());
   const int tile = 1;  // token tile index in the packed tensor
   std::vector<float> x(size_t(bn * kp));
   for (auto& v : x) v = float(int(rng() % 17) - 8);
@@ -273,7 +274,7 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
       std::memcpy(code_stage.data(), src, size_t(4 * group_bytes));
       std::memcpy(code_stage.data() + 4 * group_bytes, second, size_t(4 * group_bytes));
     }
-    const uint8_t* scale_tile = &scales[size_t(row0 * (kp / 32))];
+    const uint8_t* scale_tile = &uploaded_scales[size_t(row0 * (kp / 32))];
     const uint8_t* stage = &packed[size_t(tile * packed_tile_bytes(bn, kp) + c * stage_bytes(bn))];
     for (int q = 0; 64 * q < item_rows; ++q)
       for (int w = 0; w < 4; ++w) {
@@ -287,9 +288,12 @@ TEST_P(Sm90DataPath, EmulatedWgmmaEqualsTheDenseProduct) {
           std::memcpy(words[0], &code_stage[size_t(G * group_bytes + lane * word_bytes)], size_t(word_bytes));
           std::memcpy(words[1], &code_stage[size_t(G * group_bytes + group_bytes / 2 + lane * word_bytes)],
                       size_t(word_bytes));
-          const int block = width == kChunk ? 4 * c + t : 4 * c + t / 2;
-          const uint8_t* srow = scale_tile + (kGroupRows * G + 2 * g) * (kp / 32);  // as the kernel indexes
-          const double sc[2] = {std::ldexp(1.0, int(srow[block]) - 127), std::ldexp(1.0, int(srow[kp / 32 + block]) - 127)};
+          // As the kernel indexes the fragment scale order: the group's 32-row
+          // block and subtile, rows 2g and 2g + 1 adjacent.
+          const uint8_t* group_scales = scale_tile + (G >> 1) * 32 * (kp / 32) + 2 * (G & 1);
+          const int at = width == kChunk ? 128 * c + 16 * g + 4 * t : 128 * c + 8 * g + 4 * (t / 2);
+          const double sc[2] = {std::ldexp(1.0, int(group_scales[at]) - 127),
+                                std::ldexp(1.0, int(group_scales[at + 1]) - 127)};
           for (int s = 0; s < steps; ++s)
             for (int reg = 0; reg < 4; ++reg) {
               const int second = a_second_row(reg) ? 1 : 0;

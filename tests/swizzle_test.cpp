@@ -122,6 +122,47 @@ TEST(Swizzle, MmaRowTiles128InterleavesATilesGroupsByChunk) {
   }
 }
 
+// Where dense scale byte (row, block) lands in the fragment scale order, from
+// the definition: 32-row blocks in place; in a block, row 16m + 2g + r, MX
+// block 4c + t of a 128-wide chunk at 128c + 16g + 4t + 2m + r; a 64-wide
+// tail chunk's two blocks at 128 (K / 128) + 8g + 4t + 2m + r.
+int64_t scale_position(int64_t row, int64_t block, int64_t blocks) {
+  const int64_t m = (row % 32) / 16, g = (row % 16) / 2, r = row % 2;
+  const int64_t c = block / 4, t = block % 4, base = row / 32 * 32 * blocks;
+  if (c < blocks / 4) return base + 128 * c + 16 * g + 4 * t + 2 * m + r;
+  return base + 128 * c + 8 * g + 4 * t + 2 * m + r;
+}
+
+TEST(Swizzle, FragmentScaleOrderGivesALaneItsFourScalesInOneWord) {
+  for (auto order : {WeightSwizzle::kMmaRowGroups16, WeightSwizzle::kMmaRowTiles128})
+    for (int64_t cols : {64, 128, 192, 2880, 2944, 768, 1472}) {
+      const int64_t rows = 96, blocks = cols / 32;
+      std::vector<uint8_t> dense(size_t(rows * blocks)), out(dense.size(), 0);
+      std::mt19937 rng{static_cast<unsigned>(cols + 7)};
+      for (auto& b : dense) b = uint8_t(rng());
+      ASSERT_TRUE(swizzle_scales(order, dense.data(), rows, cols, out.data()).ok());
+      std::vector<bool> hit(out.size(), false);
+      for (int64_t row = 0; row < rows; ++row)
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t at = scale_position(row, b, blocks);
+          ASSERT_LT(at, int64_t(out.size()));
+          ASSERT_FALSE(hit[size_t(at)]) << "two scales land on " << at;
+          hit[size_t(at)] = true;
+          ASSERT_EQ(out[size_t(at)], dense[size_t(row * blocks + b)]) << "cols " << cols << " row " << row
+                                                                      << " block " << b;
+        }
+      // As a kernel reads it: lane 4g + t's word of chunk c in the second
+      // 32-row block holds rows 2g, 2g + 1, 16 + 2g, 17 + 2g at block 4c + t.
+      for (int64_t c = 0; c < blocks / 4; ++c)
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, t = lane % 4;
+          const uint8_t* w = &out[size_t(32 * blocks + 128 * c + 4 * lane)];
+          for (int mr = 0; mr < 4; ++mr)
+            ASSERT_EQ(w[mr], dense[size_t((32 + 16 * (mr / 2) + 2 * g + mr % 2) * blocks + 4 * c + t)]);
+        }
+    }
+}
+
 TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {
   std::vector<uint8_t> dense(16 * 32), out(dense.size());
   for (size_t i = 0; i < dense.size(); ++i) dense[i] = uint8_t(i * 7 + 1);
@@ -132,6 +173,10 @@ TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {
   std::vector<uint8_t> big(128 * 96);
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, big.data(), 64, 128, out.data()).ok());   // rows
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, big.data(), 128, 96, big.data()).ok());  // K % 64
+  ASSERT_TRUE(swizzle_scales(WeightSwizzle::kNone, dense.data(), 16, 1024, out.data()).ok());
+  EXPECT_EQ(out, dense);
+  EXPECT_FALSE(swizzle_scales(WeightSwizzle::kMmaRowGroups16, dense.data(), 16, 64, out.data()).ok());  // rows
+  EXPECT_FALSE(swizzle_scales(WeightSwizzle::kMmaRowTiles128, dense.data(), 32, 96, out.data()).ok());  // K % 64
 }
 
 TEST(Swizzle, PortableAndSm90PlansUseFragmentOrder) {

@@ -50,11 +50,11 @@ struct TileOverreach {
 };
 TileOverreach backend_overreach(BackendKind kind);
 
-// Kernel-specific re-orderings of the prepared code bytes, applied when a
-// backend places the codes on its device (swizzle_codes); PreparedWeights keep
-// the dense padded layout, which the reference and the tests read. A swizzle
-// permutes bytes within each group of 16 (or 128) rows, so extents do not
-// change.
+// Kernel-specific re-orderings of the prepared code and scale bytes, applied
+// when a backend places the weights on its device (swizzle_codes,
+// swizzle_scales); PreparedWeights keep the dense padded layout, which the
+// reference and the tests read. A swizzle permutes bytes within each group of
+// 16, 32 or 128 rows, so extents do not change.
 enum class WeightSwizzle {
   kNone,
   // mma.m16n8k16 fragment order (portable and sm90 backends; a warp's wgmma
@@ -82,6 +82,20 @@ enum class WeightSwizzle {
 // cols % 64 == 0; kMmaRowTiles128 rows % 128 == 0 and cols % 128 == 0.
 Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols,
                      uint8_t* out);
+
+// Writes the `rows` x `cols / 32` dense E8M0 scales into `out` in the scale
+// order of `swizzle`. kNone keeps them dense. Both fragment orders
+// (kMmaRowGroups16, kMmaRowTiles128) keep each block of 32 rows in the bytes
+// its dense rows held, and store its 128-wide K chunk c as the 128 bytes at
+// 128c of the block, [g (8)][t (4)][m (2)][r (2)]: the scale of row
+// 16m + 2g + r, MX block 4c + t. Lane 4g + t of an mma warp (rows 2g, 2g + 1 of
+// two m16 subtiles, MX block t of the chunk) loads its four scales of a chunk
+// with one 4-byte load, and the two rows of one subtile are adjacent bytes.
+// A 64-wide tail chunk (cols % 128 == 64) is the 64 bytes after the full
+// chunks, [g][t (2)][m][r] for MX block 4 (cols / 128) + t. Needs rows % 32
+// == 0 and cols % 64 == 0.
+Status swizzle_scales(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols,
+                      uint8_t* out);
 
 struct PreparePlan {
   BackendKind backend = BackendKind::kCpu;

@@ -36,9 +36,9 @@ PreparePlan plan_portable(const MoeShape& shape) {
 }
 
 // sm90: the wgmma kernel reads the portable kernel's words (interleaved gate/up
-// rows, codes in mma fragment order with permuted bits, dense scales): the
-// wgmma A fragment of a warp is the mma.m16n8k16 A fragment of its 16 rows, so
-// the same words feed both, and the sm90 backend's decode path (the portable
+// rows, codes in mma fragment order with permuted bits, scales in the fragment
+// scale order): the wgmma A fragment of a warp is the mma.m16n8k16 A fragment
+// of its 16 rows, so the same words feed both, and the sm90 backend's decode path (the portable
 // GEMV, given the layout's strides) runs on the weights the wgmma path uses,
 // without a second copy. The 8 groups of a 128-row tile are interleaved by K
 // chunk (kMmaRowTiles128) so that a pipeline stage is one 8 KB bulk copy, not

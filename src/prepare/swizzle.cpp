@@ -71,7 +71,35 @@ void interleave_tile_chunks(const uint8_t* groups16, int64_t row_bytes, uint8_t*
   }
 }
 
+// One block of 32 rows of `blocks` scale bytes each (cols / 32), dense ->
+// the fragment scale order (see swizzle_scales).
+void swizzle_scale_rows32(const uint8_t* dense, int64_t blocks, uint8_t* out) {
+  const int64_t nfull = blocks / 4;  // 128-wide K chunks; blocks % 4 == 2 when a 64-wide tail follows
+  for (int row = 0; row < 32; ++row) {
+    const int m = row / 16, g = (row % 16) / 2, r = row % 2;
+    const uint8_t* src = dense + row * blocks;
+    for (int64_t c = 0; c < nfull; ++c)
+      for (int t = 0; t < 4; ++t) out[c * 128 + ((4 * g + t) * 2 + m) * 2 + r] = src[4 * c + t];
+    for (int t = 0; t < blocks % 4; ++t) out[nfull * 128 + ((2 * g + t) * 2 + m) * 2 + r] = src[4 * nfull + t];
+  }
+}
+
 }  // namespace
+
+Status swizzle_scales(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t blocks = cols / 32;
+  if (swizzle == WeightSwizzle::kNone) {
+    std::memcpy(out, dense, size_t(rows * blocks));
+    return Status::Ok();
+  }
+  if (swizzle != WeightSwizzle::kMmaRowGroups16 && swizzle != WeightSwizzle::kMmaRowTiles128)
+    return Status::InvalidArgument("swizzle: unknown order");
+  if (rows % 32 != 0 || cols % 64 != 0)
+    return Status::InvalidArgument(fmt::format(
+        "swizzle: the fragment scale order needs rows % 32 == 0 and cols % 64 == 0, got {} x {}", rows, cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += 32) swizzle_scale_rows32(dense + r0 * blocks, blocks, out + r0 * blocks);
+  return Status::Ok();
+}
 
 Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols,
                      uint8_t* out) {

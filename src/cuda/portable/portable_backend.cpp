@@ -90,20 +90,22 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
     if (margin) PORTABLE_CUDA(cudaMemcpy(dev + pc.off - margin, stage.data(), margin, cudaMemcpyHostToDevice));
     if (tail) PORTABLE_CUDA(cudaMemcpy(dev + pc.off + pc.bytes, stage.data(), tail, cudaMemcpyHostToDevice));
     if (pc.bytes == 0) continue;
-    if (i != 0 && i != 3) {
+    const bool codes = i == 0 || i == 3, scales = i == 1 || i == 4;
+    if (!codes && !scales) {
       PORTABLE_CUDA(cudaMemcpy(dev + pc.off, pc.src, pc.bytes, cudaMemcpyHostToDevice));
       continue;
     }
-    // Codes: the kernels read them in the plan's fragment order; swizzle
-    // whole 128-row tiles (or the last rows) a chunk of at most 64 MB at a time.
-    const auto [rows, cols] = code_shape[i == 0 ? 0 : 1];
-    const int64_t row_bytes = cols / 2;
+    // Codes and scales: the kernels read them in the plan's fragment orders;
+    // swizzle whole 128-row tiles (or the last rows) at most 64 MB at a time.
+    const auto [rows, cols] = code_shape[i < 3 ? 0 : 1];
+    const int64_t row_bytes = codes ? cols / 2 : cols / kMxBlock;
     const int64_t chunk_rows = std::max<int64_t>(128, (int64_t(64) << 20) / row_bytes / 128 * 128);
     const uint8_t* src = static_cast<const uint8_t*>(pc.src);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       const int64_t nr = std::min(chunk_rows, rows - r0);
       stage.resize(size_t(nr * row_bytes));
-      MXMOE_RETURN_IF_ERROR(swizzle_codes(plan.swizzle, src + r0 * row_bytes, nr, cols, stage.data()));
+      MXMOE_RETURN_IF_ERROR(codes ? swizzle_codes(plan.swizzle, src + r0 * row_bytes, nr, cols, stage.data())
+                                  : swizzle_scales(plan.swizzle, src + r0 * row_bytes, nr, cols, stage.data()));
       PORTABLE_CUDA(cudaMemcpy(dev + pc.off + r0 * row_bytes, stage.data(), stage.size(), cudaMemcpyHostToDevice));
     }
   }

@@ -31,8 +31,9 @@ namespace mxmoe::portable {
 //   b13 [E, 2Ip], b2 [E, Hp] bf16; router [E, Hp] bf16 and bias [E] (may be null)
 // Hp and Ip are multiples of 64; padding holds code 0, scale 127, bias 0. The
 // codes are in the plan's fragment order (`swizzle`: kMmaRowGroups16, or
-// kMmaRowTiles128 for an sm90 plan, applied by swizzle_codes); scales and
-// biases are dense.
+// kMmaRowTiles128 for an sm90 plan, applied by swizzle_codes), the scales in
+// the fragment scale order (swizzle_scales: a lane's four scales of a chunk
+// in one word, each 32-row block where its dense rows were); biases dense.
 struct DeviceWeights {
   MoeShape shape;  // real (unpadded) shape
   WeightSwizzle swizzle = WeightSwizzle::kMmaRowGroups16;

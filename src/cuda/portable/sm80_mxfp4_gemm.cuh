@@ -12,7 +12,9 @@
 // Register layout (lane = 4*g + t, g = groupID 0..7, t = thread-in-group 0..3):
 //   * K is walked in chunks of 128 (a 64 tail when K % 128 == 64). In a chunk,
 //     lane t owns elements [32t, 32t+32): one 16-byte code load per weight row,
-//     exactly one MX block, so one E8M0 scale per row per chunk. The prepared
+//     exactly one MX block, so one E8M0 scale per row per chunk: the lane's
+//     four rows' scales of a chunk are one 4-byte word (the fragment scale
+//     order of swizzle_scales). The prepared
 //     codes are stored in that order (WeightSwizzle::kMmaRowGroups16, or
 //     kMmaRowTiles128 on the sm90 backend's weights), so the 16-byte loads of
 //     a warp cover 512 contiguous bytes.
@@ -47,7 +49,9 @@ struct GemmParams {
   // (g % 8) * code_tail_group_stride. (Counting over all rows lets an expert
   // start half-way into a 128-row tile.)
   int64_t code_tile_stride, code_group_stride, code_chunk_stride, code_tail_group_stride;
-  int64_t scale_row_stride, scale_expert_stride;
+  // Scales in the fragment scale order (swizzle_scales): row r's 32-row
+  // block starts where its dense row did, r * K/32 bytes in.
+  int64_t scale_row_stride, scale_expert_stride;  // K/32, N * K/32
   const uint16_t* bias;  // bf16 [E, N]
   int64_t bias_expert_stride;
   int n_rows;   // N (multiple of 32)
@@ -99,6 +103,11 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
 __device__ __forceinline__ uint2 ld_stream8(const void* p) {
   uint2 v;
   asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_stream4(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 __device__ __forceinline__ uint4 ld_act16(const void* p) {
@@ -179,28 +188,34 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[kSubtiles][
   }
 }
 
+// Scale byte of row (m, r) in the lane's word of a chunk (byte 2m + r). A
+// shift and a mask, not a byte permute: the 64-token instance, which holds
+// 255 registers, spills less with them (ptxas: 60 bytes against 128).
+__device__ __forceinline__ uint32_t scale_byte(uint32_t word, int m, int r) {
+  return (word >> (16 * m + 8 * r)) & 0xFFu;
+}
+
 // The warp-uniform choice of the one-multiply path (every scale of the warp's
-// chunk below 128: no bit 7 in the OR of the lane's four bytes) or the
-// two-multiply path, so the dequantisation has no per-pair branch to stall on.
+// chunk below 128: no bit 7 in the lane's four bytes) or the two-multiply
+// path, so the dequantisation has no per-pair branch to stall on. `s`: the
+// lane's scale word of the chunk.
 template <int NT, int NW>
-__device__ __forceinline__ void chunk_mma(const uint32_t (&q)[kSubtiles][2][4], const uint32_t (&s)[kSubtiles][2],
+__device__ __forceinline__ void chunk_mma(const uint32_t (&q)[kSubtiles][2][4], uint32_t s,
                                           const uint16_t* const (&arow)[NT], int act_col,
                                           bool act_ok, float (&acc)[kSubtiles][NT][4]) {
-  uint32_t any = 0;
-#pragma unroll
-  for (int m = 0; m < kSubtiles; ++m) any |= s[m][0] | s[m][1];
+  static_assert(kSubtiles == 2, "a lane's scale word holds 2 subtiles x 2 rows");
   ScaleFactor f[kSubtiles][2];
-  if (__any_sync(0xffffffffu, (any & 0x80u) != 0)) {
+  if (__any_sync(0xffffffffu, (s & 0x80808080u) != 0)) {
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) f[m][r] = scale_factor_any(s[m][r]);
+      for (int r = 0; r < 2; ++r) f[m][r] = scale_factor_any(scale_byte(s, m, r));
     chunk_mma_scaled<NT, NW, true>(q, f, arow, act_col, act_ok, acc);
   } else {
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) f[m][r] = {scale_factor_small(s[m][r]), 0u};
+      for (int r = 0; r < 2; ++r) f[m][r] = {scale_factor_small(scale_byte(s, m, r)), 0u};
     chunk_mma_scaled<NT, NW, false>(q, f, arow, act_col, act_ok, acc);
   }
 }
@@ -330,46 +345,43 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
 
   // Row (m, r) of this lane is nb + 16m + 2g + r. Codes are in fragment order
   // (WeightSwizzle::kMmaRowGroups16 or kMmaRowTiles128): rows nb + 16m .. +15
-  // are one group whose chunk c is a 1 KB image [r][lane][16 bytes].
+  // are one group whose chunk c is a 1 KB image [r][lane][16 bytes]. Scales:
+  // the 32-row block's chunk c is 128 bytes, the lane's word at 4 * lane.
   const uint8_t* group[kSubtiles];
-  int soff[kSubtiles][2];
 #pragma unroll
   for (int m = 0; m < kSubtiles; ++m) {
     const uint32_t gi = detail::row_group(e, p.n_rows, nb + 16 * m);
     group[m] = p.codes + int64_t(gi >> 3) * p.code_tile_stride + int64_t(gi & 7) * p.code_group_stride;
-    soff[m][0] = int((16 * m) * p.scale_row_stride);
-    soff[m][1] = int((16 * m + 1) * p.scale_row_stride);
   }
-  const uint8_t* sbase = p.scales + e * p.scale_expert_stride + int64_t(nb + 2 * g) * p.scale_row_stride;
+  const uint8_t* sblock = p.scales + e * p.scale_expert_stride + int64_t(nb) * p.scale_row_stride;
   const int nfull = p.k / 128;
   const int step = Cfg::kSplitK ? kW : 1;
   // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
-  // lane's E8M0 scale of that chunk: one MX block per row.
-  auto load_full = [&](int c, uint32_t (&qq)[kSubtiles][2][4], uint32_t (&ss)[kSubtiles][2]) {
+  // lane's E8M0 scales of that chunk: one MX block per row, four rows.
+  auto load_full = [&](int c, uint32_t (&qq)[kSubtiles][2][4], uint32_t& ss) {
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint4 v = detail::ld_stream16(group[m] + p.code_chunk_stride * c + 512 * r + 16 * lane);
         qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
-        ss[m][r] = sbase[soff[m][r] + c * 4 + t];
       }
+    ss = detail::ld_stream4(sblock + 128 * c + 4 * lane);
   };
-  auto copy = [](uint32_t (&dq)[kSubtiles][2][4], uint32_t (&ds)[kSubtiles][2], const uint32_t (&sq)[kSubtiles][2][4],
-                 const uint32_t (&sss)[kSubtiles][2]) {
+  auto copy = [](uint32_t (&dq)[kSubtiles][2][4], uint32_t& ds, const uint32_t (&sq)[kSubtiles][2][4],
+                 uint32_t sss) {
+    ds = sss;
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        ds[m][r] = sss[m][r];
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int w = 0; w < 4; ++w) dq[m][r][w] = sq[m][r][w];
-      }
   };
   // The first chunk's codes are requested as soon as the expert is known,
   // before the token columns' pointers and the epilogue inputs: at decode a
   // block runs ~3 chunks, so its start is on the critical path.
-  uint32_t q[Cfg::kDepth + 1][kSubtiles][2][4], s[Cfg::kDepth + 1][kSubtiles][2];
+  uint32_t q[Cfg::kDepth + 1][kSubtiles][2][4], s[Cfg::kDepth + 1];
   const int c0 = Cfg::kSplitK ? warp : 0;
 #pragma unroll
   for (int d = 0; d < Cfg::kDepth; ++d)
@@ -439,8 +451,9 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
                               int64_t(gi & 7) * p.code_tail_group_stride;
         const uint2 v = detail::ld_stream8(tail + 256 * r + 8 * lane);
         q[0][m][r][0] = v.x; q[0][m][r][1] = v.y; q[0][m][r][2] = 0; q[0][m][r][3] = 0;
-        s[0][m][r] = sbase[soff[m][r] + nfull * 4 + t / 2];
       }
+    // The tail's 64 scale bytes: lane (g, t) reads block t / 2's word.
+    s[0] = detail::ld_stream4(sblock + 128 * nfull + 4 * (2 * g + t / 2));
     const int col = nfull * 128 + t * 16;
     detail::chunk_mma<NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
   }

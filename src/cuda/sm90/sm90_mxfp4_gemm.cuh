@@ -283,9 +283,11 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int b = seq & 1;
     ptx::mbar_wait(sm.item_full(b), (seq >> 1) & 1);
-    // Scale bytes of row 2g (lo) of the group: the lane's MX block of chunk c
-    // is block 4c + t, of the tail block 4c + t / 2.
-    const uint8_t* scales_lo = sm.item(b) + (kGroupRows * group + 2 * g) * scale_row;
+    // The group's scales in the fragment scale order (swizzle_scales): its
+    // 32-row block, subtile (group % 2) of it; rows 2g (lo) and 2g + 1 (hi)
+    // are adjacent bytes. The lane's MX block of chunk c is 4c + t (at
+    // 128c + 16g + 4t), of the tail 4c + t / 2 (at 128c + 8g + 4 (t / 2)).
+    const uint8_t* scales = sm.item(b) + (group >> 1) * 32 * scale_row + 2 * (group & 1);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     int prev = -1;  // stage of the previous chunk, released once its wgmmas completed
@@ -297,7 +299,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
     auto load = [&](int c, auto tail) {
       ptx::mbar_wait(sm.full(s), phase);
       const uint8_t* stage = sm.ptr + sm.l.codes + s * kCodeStageBytes;
-      int block = 4 * c + t;
+      int scale_at = 128 * c + 16 * g + 4 * t;
       if constexpr (!decltype(tail)::value) {
         const uint8_t* codes = stage + group * kGroupChunkBytes + lane * 16;
         lo = *reinterpret_cast<const uint4*>(codes);
@@ -309,10 +311,10 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
         const uint2 h2 = *reinterpret_cast<const uint2*>(codes + kBytes / 2);
         lo = make_uint4(l2.x, l2.y, 0u, 0u);
         hi = make_uint4(h2.x, h2.y, 0u, 0u);
-        block = 4 * c + t / 2;
+        scale_at = 128 * c + 8 * g + 4 * (t / 2);
       }
-      s_lo = scales_lo[block];
-      s_hi = scales_lo[scale_row + block];
+      s_lo = scales[scale_at];
+      s_hi = scales[scale_at + 1];
     };
     // Dequantise and issue the loaded chunk from A set a: 8 k16 steps, or 4
     // for the tail.

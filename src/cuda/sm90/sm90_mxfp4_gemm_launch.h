@@ -11,8 +11,10 @@ struct GemmParams {
   // Weights [E, n_rows, k] in the sm90 prepared layout: codes in
   // WeightSwizzle::kMmaRowTiles128 order (a 128-row tile of all E * n_rows
   // rows has its chunk c at 8192c from the tile's first row, k/2 bytes a row,
-  // and a 64-wide tail chunk's 4 KB after the full chunks), dense E8M0 scales
-  // (row stride k/32 bytes), bf16 bias [E, n_rows].
+  // and a 64-wide tail chunk's 4 KB after the full chunks), E8M0 scales in
+  // the fragment scale order of swizzle_scales (a 32-row block's k/32 bytes
+  // a row where its dense rows were, so a tile's scales are one contiguous
+  // run), bf16 bias [E, n_rows].
   const uint8_t* codes;
   const uint8_t* scales;
   const uint16_t* bias;
