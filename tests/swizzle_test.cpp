@@ -41,6 +41,22 @@ int64_t tile128_position(int64_t row, int64_t byte, int64_t row_bytes) {
   return tile * 128 * row_bytes + c * 8192 + group * group_bytes + in_group % 1024;
 }
 
+// Each of the `per_row` bytes of each of `rows` rows lands on its own byte of
+// `out`, at `position(row, i)`, and holds `expected(row, i)` there.
+template <typename Position, typename Expected>
+void expect_placed(const std::vector<uint8_t>& out, int64_t rows, int64_t per_row, Position position,
+                   Expected expected, int64_t cols) {
+  std::vector<bool> hit(out.size(), false);
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t i = 0; i < per_row; ++i) {
+      const int64_t at = position(row, i);
+      ASSERT_LT(at, int64_t(out.size()));
+      ASSERT_FALSE(hit[size_t(at)]) << "two bytes land on " << at;
+      hit[size_t(at)] = true;
+      ASSERT_EQ(out[size_t(at)], expected(row, i)) << "cols " << cols << " row " << row << " byte " << i;
+    }
+}
+
 // A bf16 bit pattern times 2^126 (the extraction yields E2M1 value * 2^-126).
 double bf16_pattern_value(uint32_t bits16) {
   uint32_t f = bits16 << 16;
@@ -99,16 +115,10 @@ TEST(Swizzle, MmaRowTiles128InterleavesATilesGroupsByChunk) {
     ASSERT_TRUE(swizzle_codes(WeightSwizzle::kMmaRowTiles128, dense.data(), rows, cols, out.data()).ok());
     // Every byte where the formula puts it, carrying the fragment-order byte
     // (same word bits) of its row.
-    std::vector<bool> hit(out.size(), false);
-    for (int64_t row = 0; row < rows; ++row)
-      for (int64_t b = 0; b < row_bytes; ++b) {
-        const int64_t at = tile128_position(row, b, row_bytes);
-        ASSERT_LT(at, int64_t(out.size()));
-        ASSERT_FALSE(hit[size_t(at)]) << "two bytes land on " << at;
-        hit[size_t(at)] = true;
-        ASSERT_EQ(out[size_t(at)], groups[size_t(mma16_position(row, b, row_bytes))])
-            << "cols " << cols << " row " << row << " byte " << b;
-      }
+    expect_placed(
+        out, rows, row_bytes, [&](int64_t row, int64_t b) { return tile128_position(row, b, row_bytes); },
+        [&](int64_t row, int64_t b) { return groups[size_t(mma16_position(row, b, row_bytes))]; }, cols);
+    if (HasFatalFailure()) return;
     // A tile's chunk c (here the second tile's last full one) is one 8 KB
     // run: group g's 1 KB image at 1024 g; a tail is one 4 KB run of 512.
     const int64_t c = row_bytes / 64 - 1;
@@ -141,16 +151,10 @@ TEST(Swizzle, FragmentScaleOrderGivesALaneItsFourScalesInOneWord) {
       std::mt19937 rng{static_cast<unsigned>(cols + 7)};
       for (auto& b : dense) b = uint8_t(rng());
       ASSERT_TRUE(swizzle_scales(order, dense.data(), rows, cols, out.data()).ok());
-      std::vector<bool> hit(out.size(), false);
-      for (int64_t row = 0; row < rows; ++row)
-        for (int64_t b = 0; b < blocks; ++b) {
-          const int64_t at = scale_position(row, b, blocks);
-          ASSERT_LT(at, int64_t(out.size()));
-          ASSERT_FALSE(hit[size_t(at)]) << "two scales land on " << at;
-          hit[size_t(at)] = true;
-          ASSERT_EQ(out[size_t(at)], dense[size_t(row * blocks + b)]) << "cols " << cols << " row " << row
-                                                                      << " block " << b;
-        }
+      expect_placed(
+          out, rows, blocks, [&](int64_t row, int64_t b) { return scale_position(row, b, blocks); },
+          [&](int64_t row, int64_t b) { return dense[size_t(row * blocks + b)]; }, cols);
+      if (HasFatalFailure()) return;
       // As a kernel reads it: lane 4g + t's word of chunk c in the second
       // 32-row block holds rows 2g, 2g + 1, 16 + 2g, 17 + 2g at block 4c + t.
       for (int64_t c = 0; c < blocks / 4; ++c)
