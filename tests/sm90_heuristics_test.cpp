@@ -10,16 +10,20 @@ namespace mxmoe::sm90 {
 namespace {
 
 TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
-  // Up to 64 (token, slot) pairs: T = 16 at top-4, whatever the experts.
+  // Up to 64 (token, slot) pairs whatever the experts; up to 128 (T = 32 at
+  // top-4) while each expert has at most 8 rows.
   EXPECT_EQ(choose_config(1, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(16, 4, 32, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(17, 4, 32, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(16, 4, 128, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(17, 4, 128, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(32, 4, 32, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(33, 4, 32, 2944, 2944).path, Path::kWgmma);
+  EXPECT_EQ(choose_config(32, 4, 128, 2944, 2944).path, Path::kPortableDecode);
+  EXPECT_EQ(choose_config(33, 4, 128, 2944, 2944).path, Path::kWgmma);
   EXPECT_EQ(choose_config(64, 4, 32, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(64, 1, 8, 2944, 2944).path, Path::kPortableDecode);
-  EXPECT_EQ(choose_config(65, 1, 8, 2944, 2944).path, Path::kWgmma);
-  EXPECT_EQ(choose_config(17, 4, 128, 2944, 2944).token_tile, 16);
+  EXPECT_EQ(choose_config(64, 1, 8, 2944, 2944).path, Path::kPortableDecode);   // 8 rows an expert
+  EXPECT_EQ(choose_config(65, 1, 8, 2944, 2944).path, Path::kWgmma);            // 9
+  EXPECT_EQ(choose_config(128, 1, 16, 2944, 2944).path, Path::kPortableDecode);  // 8
+  EXPECT_EQ(choose_config(72, 1, 8, 2944, 2944).path, Path::kWgmma);            // 72 pairs, 9 rows
+  EXPECT_EQ(choose_config(64, 1, 2, 2944, 2944).path, Path::kPortableDecode);   // 64 pairs, 32 rows
+  EXPECT_EQ(choose_config(33, 4, 128, 2944, 2944).token_tile, 16);
   EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
   EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
   const Config decode = choose_config(6, 4, 32, 2944, 2944);

@@ -206,6 +206,8 @@ TEST_F(Sm90Gpu, DecodePath) {
   check_case({{32, 320, 224, 4}, 1000, RouteMode::kRandom, 751, sm90::Overrides{1, 0}});
   // 64 pairs: expert-grouped 8-token tiles, GEMM1's blocks of 4 warps on H = 2880 (22 chunks and a tail).
   check_case({{32, 2880, 736, 4}, 16, RouteMode::kRandom, 752, kHeuristic});
+  // 128 pairs on 128 experts (at most 8 rows an expert): still the decode path.
+  check_case({{128, 2880, 736, 4}, 32, RouteMode::kRandom, 753, kHeuristic});
 }
 
 TEST_F(Sm90Gpu, BitwiseReproducible) {

@@ -17,20 +17,27 @@ namespace mxmoe::sm90 {
 // tokens instead of 8 left gpt-oss-120b T = 256 at 741 vs 737 us (H200).
 inline constexpr int kMaxStages = 8;
 // The portable decode kernels (8-token tiles, split K) beat the wgmma GEMMs
-// up to 64 (token, slot) pairs on both models. Measured on the H200 (decode
-// blocks of 4 or 8 warps, 2026-11-30), decode / wgmma in us, two runs each:
-// gpt-oss-20b T = 8 (32 pairs) 92.6, 92.7 / 103.0, 101.9; T = 12 (48) 107.2,
-// 107.5 / 119.8, 118.6; T = 16 (64) 117.0, 117.2 / 126.5, 125.8; T = 24 (96)
-// 126.9, 127.0 / 133.7, 133.6; T = 32 (128) 134.1, 134.9 / 137.3, 136.8.
-// gpt-oss-120b T = 8 120.8, 121.2 / 131.1, 131.2; T = 12 162.1, 162.3 /
-// 170.2, 170.1; T = 16 198.7, 199.4 / 201.7, 201.9; T = 24 264.6, 265.0 /
-// 259.5, 259.5; T = 32 317.0, 316.7 / 306.1, 306.3. Past 64 pairs the gain on
-// 32 experts (5% at 96 pairs, 2% at 128) is smaller than the loss on 128 (2%,
-// 3.5%). With blocks of 8 warps (s29) the bound lay between 16 and 32 pairs.
-inline constexpr int64_t kDecodeMaxPairs = 64;
+// up to 128 (token, slot) pairs at gpt-oss's expert counts, where each expert
+// has at most 8 rows. Measured on the H200 (decode v15: blocks of 4 or 8
+// warps, scale words; 2026-11-30), decode / wgmma in us, two runs each:
+// gpt-oss-20b T = 16 (64 pairs) 112.9, 113.7 / 126.6, 126.6; T = 20 (80)
+// 117.1, 117.8 / 130.3, 130.3; T = 24 (96) 121.2, 121.5 / 133.8, 133.9; T =
+// 32 (128) 128.7, 129.2 / 137.4, 137.5. gpt-oss-120b T = 16 187.8, 188.5 /
+// 205.1, 203.9; T = 20 216.5, 217.1 / 232.4, 231.1; T = 24 247.1, 247.3 /
+// 262.8, 261.1; T = 32 303.6, 296.1 / 320.4, 313.5. Before v15 the bound was
+// 64 pairs (120b lost 2% at 96 pairs and 3.5% at 128 then). Up to 64 pairs
+// the decode path is taken whatever the experts (measured down to 32 pairs on
+// 32 and 128 experts); past that only while the portable forward keeps its
+// 8-token decode tiles (at most 8 rows an expert), the shapes measured.
+inline constexpr int64_t kDecodeAnyPairs = 64;
+inline constexpr int64_t kDecodeMaxPairs = 128;
 
 // Whether the portable decode kernels take `tokens` tokens.
-inline bool decode_path(int64_t tokens, int64_t topk) { return tokens * topk <= kDecodeMaxPairs; }
+inline bool decode_path(int64_t tokens, int64_t topk, int64_t experts) {
+  const int64_t pairs = tokens * topk;
+  return pairs <= kDecodeAnyPairs ||
+         (pairs <= kDecodeMaxPairs && portable::token_tile(tokens, topk, experts) == 8);
+}
 
 enum class Path { kPortableDecode, kWgmma };
 
@@ -126,7 +133,7 @@ inline int pipeline_stages(int token_tile, int64_t k_padded) {
 inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
                             int64_t intermediate_padded, const Overrides& o = {}) {
   Config c;
-  const bool decode = decode_path(tokens, topk);
+  const bool decode = decode_path(tokens, topk, experts);
   c.per_pair = portable::per_pair_decode(tokens, topk, portable::token_tile(tokens, topk, experts));
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
