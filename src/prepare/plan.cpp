@@ -38,9 +38,9 @@ PreparePlan plan_portable(const MoeShape& shape) {
 // sm90: the wgmma kernel reads the portable kernel's words (interleaved gate/up
 // rows, codes in mma fragment order with permuted bits, scales in the fragment
 // scale order): the wgmma A fragment of a warp is the mma.m16n8k16 A fragment
-// of its 16 rows, so the same words feed both, and the sm90 backend's decode path (the portable
-// GEMV, given the layout's strides) runs on the weights the wgmma path uses,
-// without a second copy. The 8 groups of a 128-row tile are interleaved by K
+// of its 16 rows, so the same words feed both, and the sm90 backend's decode
+// path (the portable GEMV, given the layout's strides) runs on the weights the
+// wgmma path uses, without a second copy. The 8 groups of a 128-row tile are interleaved by K
 // chunk (kMmaRowTiles128) so that a pipeline stage is one 8 KB bulk copy, not
 // eight of 1 KB: at 16-token tiles the eight copies held gpt-oss-120b T = 256
 // at 719 us against 546-596 us for one (H200). The K order this implies on

@@ -49,8 +49,9 @@ struct GemmParams {
   // (g % 8) * code_tail_group_stride. (Counting over all rows lets an expert
   // start half-way into a 128-row tile.)
   int64_t code_tile_stride, code_group_stride, code_chunk_stride, code_tail_group_stride;
-  // Scales in the fragment scale order (swizzle_scales): row r's 32-row
-  // block starts where its dense row did, r * K/32 bytes in.
+  // Scales in the fragment scale order (swizzle_scales): the 32-row block
+  // from row r (a multiple of 32) holds the bytes its dense rows did, from
+  // r * K/32 on.
   int64_t scale_row_stride, scale_expert_stride;  // K/32, N * K/32
   const uint16_t* bias;  // bf16 [E, N]
   int64_t bias_expert_stride;
