@@ -32,11 +32,10 @@ inline constexpr int kMaxStages = 8;
 inline constexpr int64_t kDecodeAnyPairs = 64;
 inline constexpr int64_t kDecodeMaxPairs = 128;
 
-// Whether the portable decode kernels take `tokens` tokens.
-inline bool decode_path(int64_t tokens, int64_t topk, int64_t experts) {
-  const int64_t pairs = tokens * topk;
-  return pairs <= kDecodeAnyPairs ||
-         (pairs <= kDecodeMaxPairs && portable::token_tile(tokens, topk, experts) == 8);
+// Whether the portable decode kernels take `pairs` (token, slot) pairs, for
+// which the portable forward would pick `portable_tile` (portable::token_tile).
+inline bool decode_path(int64_t pairs, int portable_tile) {
+  return pairs <= kDecodeAnyPairs || (pairs <= kDecodeMaxPairs && portable_tile == 8);
 }
 
 enum class Path { kPortableDecode, kWgmma };
@@ -133,8 +132,9 @@ inline int pipeline_stages(int token_tile, int64_t k_padded) {
 inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
                             int64_t intermediate_padded, const Overrides& o = {}) {
   Config c;
-  const bool decode = decode_path(tokens, topk, experts);
-  c.per_pair = portable::per_pair_decode(tokens, topk, portable::token_tile(tokens, topk, experts));
+  const int portable_tile = portable::token_tile(tokens, topk, experts);
+  const bool decode = decode_path(tokens * topk, portable_tile);
+  c.per_pair = portable::per_pair_decode(tokens, topk, portable_tile);
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
