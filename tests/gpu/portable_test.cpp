@@ -189,6 +189,25 @@ TEST_F(PortableGpu, RejectsBadRouting) {
   EXPECT_FALSE(be->forward_host(x.data(), 1, &v, y.data()).ok());
 }
 
+// The decode GEMMs hold a K chunk's code offset in 32 bits: moe_forward
+// refuses a padded K past 2^24 before it touches any pointer.
+TEST_F(PortableGpu, RefusesPaddedKPast2To24) {
+  portable::DeviceWeights w;
+  w.shape = MoeShape{4, (int64_t(1) << 24) + 64, 64, 2};
+  w.hidden_padded = w.shape.hidden;
+  w.intermediate_padded = 64;
+  uint16_t x = 0;
+  float y = 0.f;
+  portable::ForwardArgs a;
+  a.x = &x;
+  a.tokens = 1;
+  a.y = &y;
+  alignas(256) static char workspace[256];
+  const Status st = portable::moe_forward(w, a, workspace, sizeof(workspace), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.message();
+  EXPECT_NE(st.message().find("at most 16777216"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace mxmoe
 #endif  // MXMOE_WITH_CUDA

@@ -42,6 +42,7 @@ Layout make_layout(const DeviceWeights& w, int64_t T) {
 }
 
 constexpr const char* kWho = "portable";
+constexpr int64_t kMaxPaddedK = int64_t(1) << 24;
 
 Status cuda_status(cudaError_t err, const char* what) { return smxx::cuda_status(err, kWho, what); }
 
@@ -86,6 +87,10 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   if (H % 32 != 0 || Hp % 64 != 0 || Ip % 64 != 0 || Hp < H || Ip < s.intermediate)
     return Status::InvalidArgument(fmt::format(
         "portable: H = {} must be a multiple of 32 and Hp = {}, Ip = {} multiples of 64", H, Hp, Ip));
+  // The decode GEMMs take a K chunk's code offset in 32 bits (at most 64 x K).
+  if (Hp > kMaxPaddedK || Ip > kMaxPaddedK)
+    return Status::Unsupported(
+        fmt::format("portable: padded H = {} and I = {} must be at most {}", Hp, Ip, kMaxPaddedK));
   if (T * k >= (int64_t(1) << 31) / 2)
     return Status::Unsupported(fmt::format("portable: tokens * topk = {} too large", T * k));
   if (!a.x || !a.y || !workspace) return Status::InvalidArgument("portable: null x, y or workspace");

@@ -360,15 +360,26 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   const int step = Cfg::kSplitK ? kW : 1;
   // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
   // lane's E8M0 scales of that chunk: one MX block per row, four rows.
+  // Decode: nb is a multiple of 32, so the warp's first group is even and its
+  // second the next one of the same layout tile, code_group_stride on; a
+  // chunk's offset is one 32-bit multiply (code_chunk_stride * K / 128 is at
+  // most 64 x K bytes, and moe_forward bounds K by 2^24) added to the lane's
+  // base. The loop head held ~40 instructions of 64-bit address arithmetic a
+  // chunk before. Prefill keeps that form, with which its 64-token instances
+  // spill less.
+  const uint8_t* lane_codes = group[0] + 16 * lane;
+  const uint8_t* lane_scales = sblock + 4 * lane;
   auto load_full = [&](int c, uint32_t (&qq)[kSubtiles][2][4], uint32_t& ss) {
+    const uint8_t* decode_chunk = lane_codes + uint32_t(c) * uint32_t(p.code_chunk_stride);
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint4 v = detail::ld_stream16(group[m] + p.code_chunk_stride * c + 512 * r + 16 * lane);
+        const uint4 v = detail::ld_stream16(Cfg::kSplitK ? decode_chunk + m * p.code_group_stride + 512 * r
+                                                          : group[m] + p.code_chunk_stride * c + 512 * r + 16 * lane);
         qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
       }
-    ss = detail::ld_stream4(sblock + 128 * c + 4 * lane);
+    ss = Cfg::kSplitK ? detail::ld_stream4(lane_scales + 128 * c) : detail::ld_stream4(sblock + 128 * c + 4 * lane);
   };
   auto copy = [](uint32_t (&dq)[kSubtiles][2][4], uint32_t& ds, const uint32_t (&sq)[kSubtiles][2][4],
                  uint32_t sss) {
@@ -434,13 +445,32 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     smxx::wait_for_previous_kernels();  // the activations are GEMM1's
     smxx::allow_next_kernel();
   }
-  for (int c = c0; c < nfull; c += step) {
-    const int ahead = c + Cfg::kDepth * step;
-    if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
+  auto run_chunk = [&](int c, const uint32_t (&qc)[kSubtiles][2][4], uint32_t sc) {
     const int col = c * 128 + t * 32;
-    detail::chunk_mma<NT, 4>(q[0], s[0], arow, col, col < p.k_valid, acc);
+    detail::chunk_mma<NT, 4>(qc, sc, arow, col, col < p.k_valid, acc);
+  };
+  if constexpr (Cfg::kSplitK) {
+    // Decode: two chunks a turn, the register sets in turn. The chunk in one
+    // set is dequantised while the next one's codes load into the other, with
+    // no register copies between chunks (19 moves a chunk, ~5% of its
+    // instructions). Prefill keeps the copies: its two-set loop spills more
+    // (64-token tiles).
+    static_assert(Cfg::kDepth == 1, "two register sets: one chunk loaded ahead");
+    for (int c = c0; c < nfull; c += 2 * step) {
+      if (c + step < nfull) load_full(c + step, q[1], s[1]);
+      run_chunk(c, q[0], s[0]);
+      if (c + step >= nfull) break;
+      if (c + 2 * step < nfull) load_full(c + 2 * step, q[0], s[0]);
+      run_chunk(c + step, q[1], s[1]);
+    }
+  } else {
+    for (int c = c0; c < nfull; c += step) {
+      const int ahead = c + Cfg::kDepth * step;
+      if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
+      run_chunk(c, q[0], s[0]);
 #pragma unroll
-    for (int d = 0; d < Cfg::kDepth; ++d) copy(q[d], s[d], q[d + 1], s[d + 1]);
+      for (int d = 0; d < Cfg::kDepth; ++d) copy(q[d], s[d], q[d + 1], s[d + 1]);
+    }
   }
   // 64-wide tail (K % 128 == 64): lane t owns 16 elements, half an MX block.
   if ((p.k & 127) != 0 && (!Cfg::kSplitK || warp == nfull % kW)) {
