@@ -294,7 +294,9 @@ __device__ __forceinline__ int nth_set_bit(uint32_t mask, int n) {
 // Measured alternatives (docs/PERF.md): two chunks ahead (v2) was slower; so
 // were 16-row blocks with every code load of a warp issued up front (v7b: the
 // per-warp prologue and reduction then cost more than the exposed load
-// latency they hid).
+// latency they hid), and on SM90 a per-warp ring in shared memory filled by
+// bulk copies (v16a: its refills take more instructions than the loads, and
+// the decode chunk is bound by instructions).
 template <int NT, int kDecodeWarps = 8>
 struct GemmConfig {
   static_assert(kDecodeWarps == 4 || kDecodeWarps == 8, "decode blocks of 4 or 8 warps (heuristics.h)");
