@@ -411,6 +411,12 @@ Status kernels_may_overlap(const char* who, bool* overlap) {
   return Status::Ok();
 }
 
+Status sm_count(const char* who, int* sms) {
+  int dev = 0;
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), who, "cudaGetDevice"));
+  return cuda_status(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev), who, "SM count");
+}
+
 Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_t* router_weight,
                           int64_t router_stride, const uint16_t* router_bias, int64_t E, int64_t k, int32_t* ids,
                           float* weights, bool overlap, cudaStream_t stream, const char* who) {

@@ -24,6 +24,9 @@ Status cuda_status(cudaError_t err, const char* who, const char* what);
 // kernel's tail (programmatic dependent launch, SM90+).
 Status kernels_may_overlap(const char* who, bool* overlap);
 
+// The current device's SM count (grid sizes of the persistent and decode GEMMs).
+Status sm_count(const char* who, int* sms);
+
 // logits = x W^T + b (bf16 products on the tensor cores, fp32 sums), top-k
 // with ties to the lower id, softmax over the k: ids and weights [tokens, k].
 // x bf16 [tokens, hidden], 16-byte aligned; router_weight bf16 [experts,

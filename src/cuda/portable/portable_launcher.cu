@@ -159,9 +159,8 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   const int64_t tiles = l.per_pair ? T * k : l.max_tiles;
   DecodeWarps warps;
   if (l.tile == 8) {
-    int dev = 0, sms = 0;
-    MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-    MXMOE_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count"));
+    int sms = 0;
+    MXMOE_RETURN_IF_ERROR(smxx::sm_count(kWho, &sms));
     warps = decode_warps(T, k, E, g1.n_rows, Hp, sms);
   }
   MXMOE_RETURN_IF_ERROR(

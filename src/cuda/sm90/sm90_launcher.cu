@@ -191,9 +191,8 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
     return Status::Unsupported(fmt::format("sm90: {} tile rows of K = {} too large", l.rows, Hp));
   bool overlap = false;
   MXMOE_RETURN_IF_ERROR(smxx::kernels_may_overlap(kWho, &overlap));
-  int dev = 0, sms = 0;
-  MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-  MXMOE_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count"));
+  int sms = 0;
+  MXMOE_RETURN_IF_ERROR(smxx::sm_count(kWho, &sms));
   char* ws = static_cast<char*>(workspace);
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
