@@ -21,7 +21,8 @@
 //     the next item's buffer loads during this one).
 //   * warpgroups 1 and 2, consumers (232 or 104 registers): 64 weight rows
 //     each. Per chunk: wait "full", dequantise 8 k16 steps of A (32
-//     registers), issue 8 wgmma m64nNk16 into the same accumulators, commit,
+//     registers), issue 8 wgmma m64nNk16 into the same accumulators (up to
+//     64-token tiles, N only as wide as the item's columns reach), commit,
 //     then wait until at most this chunk's group is in flight and release the
 //     previous chunk's stage ("empty"). With one block per SM the A registers
 //     alternate between two sets so that the dequantisation of chunk c+1 may
@@ -97,6 +98,53 @@ __device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& h
 }
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
+
+// Token tiles whose items issue their wgmmas only as wide as the item's token
+// columns reach: up to kTwoBlockMaxTile. An expert's rows fill its tiles from
+// column 0, so its last tile is part-filled: at 32 rows per expert on
+// 48-token tiles that is most tiles, and their MMA columns past the last
+// pair, rounded up to 8 (the wgmma N step), are not computed. Their
+// accumulators stay 0, and the epilogue stores nothing for them. Each width
+// has its own copy of the chunk loop: a branch on the width before each
+// chunk's wgmmas (~10 instructions in a ~160-instruction chunk that is bound
+// by issue) made the same narrowing 2-4% slower (H200, docs/PERF.md, s37).
+constexpr bool narrows_columns(int bn) { return bn <= kTwoBlockMaxTile; }
+
+// The item's columns up to its last one that holds a pair, rounded up to 8
+// (at least 8). `col_pair`: the item buffer's column metadata (-1: padding).
+template <int BN>
+__device__ __forceinline__ int item_width(const int32_t* col_pair, int lane) {
+  int last = 0;
+#pragma unroll
+  for (int c0 = 0; c0 < BN; c0 += 32) {
+    const uint32_t valid = __ballot_sync(0xffffffffu, c0 + lane < BN && col_pair[c0 + lane] >= 0);
+    if (valid != 0) last = c0 + 32 - __clz(valid);
+  }
+  return max(8, (last + 7) & ~7);
+}
+
+// One chunk's kSteps wgmmas over the first kWidth token columns (accumulators
+// 0 .. kWidth / 2 - 1, acc_n).
+template <int kWidth, int BN, int kSteps>
+__device__ __forceinline__ void issue_wgmmas(float (&acc)[BN / 2], const uint32_t (&a)[8][4], uint64_t desc0) {
+  static_assert(kWidth % 8 == 0 && kWidth <= BN, "wgmma N: a multiple of 8 up to the token tile");
+  float(&d)[kWidth / 2] = *reinterpret_cast<float(*)[kWidth / 2]>(&acc);
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k)
+    ptx::Wgmma<kWidth>::mma(d, a[k][0], a[k][1], a[k][2], a[k][3], desc0 + b_descriptor_step(BN, k));
+}
+// Calls f(std::integral_constant<int, W>) with the narrowest W (from 8, in
+// steps of 8, at most BN) that holds `width`: each width runs its own copy of
+// the item's chunk loop, with no branch per chunk.
+template <int BN, int kWidth = 8, class F>
+__device__ __forceinline__ void with_width(int width, F&& f) {
+  if constexpr (kWidth >= BN)
+    f(std::integral_constant<int, BN>{});
+  else if (width <= kWidth)
+    f(std::integral_constant<int, kWidth>{});
+  else
+    with_width<BN, kWidth + 8>(width, f);
+}
 
 // Shared-memory addresses of one block (see SmemLayout).
 struct Smem {
@@ -283,6 +331,9 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int b = seq & 1;
     ptx::mbar_wait(sm.item_full(b), (seq >> 1) & 1);
+    const int width = narrows_columns(BN)
+                          ? item_width<BN>(reinterpret_cast<const int32_t*>(sm.item(b) + sm.l.item_cols), lane)
+                          : BN;
     // The group's scales in the fragment scale order (swizzle_scales): its
     // 32-row block, subtile (group % 2) of it; rows 2g (lo) and 2g + 1 (hi)
     // are adjacent bytes. The lane's MX block of chunk c is 4c + t (at
@@ -318,16 +369,14 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
     };
     // Dequantise and issue the loaded chunk from A set a: 8 k16 steps, or 4
     // for the tail.
-    auto compute = [&](uint32_t(&a)[8][4], auto tail) {
+    auto compute = [&](uint32_t(&a)[8][4], auto tail, auto cols) {
       constexpr int kSteps = decltype(tail)::value ? 4 : 8;
       dequantise_chunk<kTwoStep, kSteps / 2>(lo, hi, s_lo, s_hi, a);
       const uint64_t desc0 = b_descriptor(sm.base + sm.l.act + s * stage_bytes(BN), BN, 0);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k)
-        ptx::Wgmma<BN>::mma(acc, a[k][0], a[k][1], a[k][2], a[k][3], desc0 + b_descriptor_step(BN, k));
+      issue_wgmmas<decltype(cols)::value, BN, kSteps>(acc, a, desc0);
       ptx::wgmma_commit();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
@@ -339,7 +388,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       // thread's reads of the stage to the producer's next bulk copy.
       auto step = [&](int c, uint32_t(&a)[8][4], auto tail) {
         load(c, tail);
-        compute(a, tail);
+        compute(a, tail, std::integral_constant<int, BN>{});
         ptx::wgmma_wait<1>();  // the previous chunk's group is done: its stage may be refilled
         if (prev >= 0) ptx::mbar_arrive(sm.empty(prev));
         prev = s;
@@ -369,24 +418,27 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
         for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
         ptx::mbar_arrive(sm.empty(done));
       };
-      if (it.full_chunks > 0) load(0, kFull);
-      for (int c = 0; c < it.full_chunks; ++c) {
-        compute(a0, kFull);
-        const int done = s;
-        advance();
-        if (c + 1 < it.full_chunks) load(c + 1, kFull);
-        retire(done);
-      }
-      // The tail after the loop, its load not overlapped with the last full
-      // chunk's group: the main loop keeps one load form and no tail branch
-      // (at the 80 registers ptxas compiles these instances to).
-      if (it.tail) {
-        load(it.full_chunks, kTail);
-        compute(a0, kTail);
-        const int done = s;
-        advance();
-        retire(done);
-      }
+      auto chunks = [&](auto cols) {
+        if (it.full_chunks > 0) load(0, kFull);
+        for (int c = 0; c < it.full_chunks; ++c) {
+          compute(a0, kFull, cols);
+          const int done = s;
+          advance();
+          if (c + 1 < it.full_chunks) load(c + 1, kFull);
+          retire(done);
+        }
+        // The tail after the loop, its load not overlapped with the last full
+        // chunk's group: the main loop keeps one load form and no tail branch
+        // (at the 80 registers ptxas compiles these instances to).
+        if (it.tail) {
+          load(it.full_chunks, kTail);
+          compute(a0, kTail, cols);
+          const int done = s;
+          advance();
+          retire(done);
+        }
+      };
+      with_width<BN>(width, chunks);
     }
     finish_item<BN, kSwiglu>(p, acc, sm.item(b), sm.l, tt, rt, q, w, g, t);
     ptx::mbar_arrive(sm.item_empty(b));
