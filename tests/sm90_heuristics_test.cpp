@@ -42,8 +42,8 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
 
 TEST(Sm90Heuristics, TokenTileFollowsRowsPerExpert) {
   EXPECT_EQ(token_tile(64, 4, 32), 16);      // 8 rows per expert
-  EXPECT_EQ(token_tile(96, 4, 32), 16);      // 12
-  EXPECT_EQ(token_tile(97, 4, 32), 32);      // 13
+  EXPECT_EQ(token_tile(88, 4, 32), 16);      // 11
+  EXPECT_EQ(token_tile(89, 4, 32), 32);      // 12
   EXPECT_EQ(token_tile(216, 4, 32), 32);     // 27
   EXPECT_EQ(token_tile(224, 4, 32), 48);     // 28
   EXPECT_EQ(token_tile(320, 4, 32), 48);     // 40

@@ -102,13 +102,23 @@ inline int64_t mean_rows_per_expert(int64_t tokens, int64_t topk, int64_t expert
 //   m = 40:  48 219.0 / 64 227.5 / 32 294.7; 48 867.9 / 64 957.0
 //   m = 48:  64 232.8 / 48 279.0 / 96 283.6; 64 1007.5 / 48 1065.6 / 96 1099.6
 //   m = 56:  64 267.5 / 96 291.1 (20b)
+// With each item's wgmmas only as wide as its columns reach (s37; H200,
+// 2026-11-30, two runs each), at m = 8-11 16 still wins and from m = 12 32:
+//   m = 8:   16 139.0, 138.8 / 32 144.0, 144.3; 16 479.0, 468.8 / 32 490.5, 515.0
+//   m = 10:  16 140.7, 140.9 / 32 145.8, 146.0; 16 532.7, 490.9 / 32 513.7, 527.5
+//   m = 11:  16 141.8, 141.9 / 32 146.6, 147.7; 16 518.2, 541.6 / 32 544.9, 507.3
+//   m = 12:  32 148.1, 148.0 / 16 150.4, 150.1; 32 523.7, 518.3 / 16 530.1, 538.8
+//   m = 16:  32 151.1, 152.0 / 48 164.7, 163.8 (20b)
+//   m = 24:  32 160.9, 161.5 / 48 172.7, 172.4 / 64 188.2, 188.2; 32 626.6, 658.1 / 48 604.2, 653.8
+//   m = 32:  48 182.2, 182.3 / 64 196.5, 196.7; 48 635.8, 663.0 / 64 679.0, 680.9
+//   m = 40:  48 200.2, 200.8 / 64 206.2, 205.2 (20b)
 // The widths do not grow monotonically with m: 192 rows fill two 128-token
 // tiles exactly but pad a 160-token pair to 320. Each boundary lies midway
 // between the measured m on either side.
 inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int override_tile = 0) {
   if (is_token_tile(override_tile)) return override_tile;
   const int64_t m = mean_rows_per_expert(tokens, topk, experts);
-  if (m <= 12) return 16;
+  if (m < 12) return 16;
   if (m < 28) return 32;
   if (m < 44) return 48;
   if (m < 62) return 64;
