@@ -120,7 +120,8 @@ TEST(Sm90Heuristics, OverridesAndDescription) {
   EXPECT_EQ(c.stages_gemm2, 3);
   EXPECT_EQ(describe(c), "wgmma: 192-token tiles, 3 / 3 stages (GEMM1 / GEMM2), 1 block per SM");
   EXPECT_EQ(describe(choose_config(256, 4, 32, 2944, 2944)),
-            "wgmma: 48-token tiles, 4 / 4 stages (GEMM1 / GEMM2), 2 blocks per SM");
+            "wgmma: 48-token tiles, 4 / 4 stages (GEMM1 / GEMM2), 2 blocks per SM, wgmma N per item up to its "
+            "last token column");
 }
 
 }  // namespace

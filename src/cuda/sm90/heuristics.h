@@ -165,7 +165,8 @@ inline std::string describe(const Config& c) {
   const int blocks = blocks_per_sm(c.token_tile);
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
          std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2), " + std::to_string(blocks) +
-         (blocks == 1 ? " block per SM" : " blocks per SM");
+         (blocks == 1 ? " block per SM" : " blocks per SM") +
+         (narrows_columns(c.token_tile) ? ", wgmma N per item up to its last token column" : "");
 }
 
 }  // namespace mxmoe::sm90

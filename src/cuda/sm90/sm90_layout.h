@@ -51,6 +51,17 @@ constexpr bool is_token_tile(int bn) {
 // T = 1024 736.5 / 820.8; 64: 20b T = 384 232.9 / 250.3, T = 448 268.1 / 276.9.
 inline constexpr int kTwoBlockMaxTile = 64;
 MXMOE_SM90_HD constexpr int blocks_per_sm(int bn) { return bn <= kTwoBlockMaxTile ? 2 : 1; }
+// Token tiles whose items issue their wgmmas only as wide as the item's token
+// columns reach (m64nWk16, W a multiple of 8): the two-block ones. An
+// expert's rows fill its tiles from column 0, so its last tile is
+// part-filled: at 32 rows per expert on 48-token tiles that is most tiles,
+// and their MMA columns past the last pair, rounded up to 8, are not
+// computed. Each width has its own copy of the chunk loop: a branch on the
+// width before each chunk's wgmmas (~10 instructions in a ~160-instruction
+// chunk bound by issue) made the same narrowing 2-4% slower (H200,
+// docs/PERF.md, s37). The one-block tiles keep their full width: with more
+// than one width in those kernels ptxas serialises their wgmmas.
+MXMOE_SM90_HD constexpr bool narrows_columns(int bn) { return bn <= kTwoBlockMaxTile; }
 // Dynamic shared memory of one block: its share of the SM's 228 KB less the
 // 1 KB the hardware reserves per block (227 KB alone on an SM, after opting in).
 inline constexpr int kSmSharedBytes = 233472;

@@ -99,16 +99,6 @@ __device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& h
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
 
-// Token tiles whose items issue their wgmmas only as wide as the item's token
-// columns reach: up to kTwoBlockMaxTile. An expert's rows fill its tiles from
-// column 0, so its last tile is part-filled: at 32 rows per expert on
-// 48-token tiles that is most tiles, and their MMA columns past the last
-// pair, rounded up to 8 (the wgmma N step), are not computed. Their
-// accumulators stay 0, and the epilogue stores nothing for them. Each width
-// has its own copy of the chunk loop: a branch on the width before each
-// chunk's wgmmas (~10 instructions in a ~160-instruction chunk that is bound
-// by issue) made the same narrowing 2-4% slower (H200, docs/PERF.md, s37).
-constexpr bool narrows_columns(int bn) { return bn <= kTwoBlockMaxTile; }
 
 // The item's columns up to its last one that holds a pair, rounded up to 8
 // (at least 8). `col_pair`: the item buffer's column metadata (-1: padding).
