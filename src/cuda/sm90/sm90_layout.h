@@ -60,7 +60,9 @@ MXMOE_SM90_HD constexpr int blocks_per_sm(int bn) { return bn <= kTwoBlockMaxTil
 // width before each chunk's wgmmas (~10 instructions in a ~160-instruction
 // chunk bound by issue) made the same narrowing 2-4% slower (H200,
 // docs/PERF.md, s37). The one-block tiles keep their full width: with more
-// than one width in those kernels ptxas serialises their wgmmas.
+// than one two-set loop in those kernels ptxas serialises their wgmmas
+// (s37b), and a one-set loop at 32 columns for their overflow items beside
+// it, which ptxas keeps asynchronous up to 160 tokens, was 1-3% slower (s37c).
 MXMOE_SM90_HD constexpr bool narrows_columns(int bn) { return bn <= kTwoBlockMaxTile; }
 // Dynamic shared memory of one block: its share of the SM's 228 KB less the
 // 1 KB the hardware reserves per block (227 KB alone on an SM, after opting in).
