@@ -99,9 +99,9 @@ __device__ __forceinline__ void dequantise_chunk(const uint4& lo, const uint4& h
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
 
-
 // The item's columns up to its last one that holds a pair, rounded up to 8
-// (at least 8). `col_pair`: the item buffer's column metadata (-1: padding).
+// (at least 8): the width of its wgmmas where narrows_columns (sm90_layout.h).
+// `col_pair`: the item buffer's column metadata (-1: padding).
 template <int BN>
 __device__ __forceinline__ int item_width(const int32_t* col_pair, int lane) {
   int last = 0;
