@@ -24,7 +24,7 @@ struct HI {
 // Edges: 2880 % 128 = 64 (sm90 pads H and I), 736 % 64 = 32 (portable pads I).
 const HI kShapes[] = {{160, 160}, {320, 224}, {2880, 2880}, {2880, 736}};
 const W13Layout kLayouts[] = {W13Layout::kInterleaved, W13Layout::kStackedUpGate,
-                              W13Layout::kStackedGateUp};
+                              W13Layout::kStackedGateUp, W13Layout::kInterleavedChunkOrder};
 
 // Few experts at 2880 keep the sweep fast; the copy loops do not depend on E
 // beyond the expert offset, which the smaller shapes cover with 4.
@@ -68,9 +68,10 @@ TEST(Plan, Sm90PadsToWhole64WideChunks) {
   EXPECT_EQ(p.hidden_padded, 2880);
   EXPECT_EQ(p.intermediate_padded, 2880);
   // The portable kernel's words, a 128-row tile's groups interleaved by chunk
-  // (its decode path runs on these weights), and no over-read: the producer
-  // requests only the chunks of its tiles.
-  EXPECT_EQ(p.w13_layout, W13Layout::kInterleaved);
+  // (its decode path runs on these weights), w13's pairs in the wgmma K order
+  // of each chunk, and no over-read: the producer requests only the chunks of
+  // its tiles.
+  EXPECT_EQ(p.w13_layout, W13Layout::kInterleavedChunkOrder);
   EXPECT_EQ(p.swizzle, WeightSwizzle::kMmaRowTiles128);
   EXPECT_EQ(p.prefetch_rows, 0);
   EXPECT_EQ(p.w13_codes_bytes, 32 * 2 * 2880 * 2880 / 2);
@@ -164,8 +165,10 @@ TEST_P(Prepared, ReferenceForwardIsBitExact) {
 
 std::string param_name(const ::testing::TestParamInfo<Prepared::ParamType>& info) {
   const auto [b, si, layout] = info.param;
-  const char* l = layout == W13Layout::kInterleaved ? "interleaved"
-                  : layout == W13Layout::kStackedUpGate ? "upgate" : "gateup";
+  const char* l = layout == W13Layout::kInterleaved             ? "interleaved"
+                  : layout == W13Layout::kStackedUpGate         ? "upgate"
+                  : layout == W13Layout::kInterleavedChunkOrder ? "chunkorder"
+                                                                : "gateup";
   return std::string(backend_name(b)) + "_H" + std::to_string(kShapes[si].h) + "_I" +
          std::to_string(kShapes[si].i) + "_" + l;
 }
@@ -178,8 +181,10 @@ std::vector<Prepared::ParamType> all_plans() {
     for (int si = 0; si < int(std::size(kShapes)); ++si)
       for (W13Layout l : kLayouts) {
         const HI s = kShapes[si];
-        const bool own = make_plan(b, {1, s.h, s.i, 1}).w13_layout == l;
-        if (own || s.h < 2880) out.emplace_back(b, si, l);
+        const PreparePlan p = make_plan(b, {1, s.h, s.i, 1});
+        const bool own = p.w13_layout == l;
+        const bool fits = l != W13Layout::kInterleavedChunkOrder || p.intermediate_padded % 64 == 0;
+        if (own || (s.h < 2880 && fits)) out.emplace_back(b, si, l);
       }
   return out;
 }
@@ -197,6 +202,16 @@ TEST(PrepareErrors, ShapeMismatchAndStalePlansAreRejected) {
   update_extents(&stale);
   EXPECT_TRUE(prepare_weights(stale, w.view(), &p).ok());
   testing::expect_prepared_bytes(w, p);
+}
+
+TEST(PrepareErrors, ChunkOrderNeedsWholeHalfChunks) {
+  // I = 224 pads to 224 on the cpu plan: 224 % 64 = 32, no 64-wide last chunk.
+  const MoeShape shape{2, 160, 224, 2};
+  const MoeWeights w = make_random_weights(shape, 13);
+  PreparedWeights p;
+  const PreparePlan plan = plan_with_layout(BackendKind::kCpu, shape, W13Layout::kInterleavedChunkOrder);
+  ASSERT_EQ(plan.intermediate_padded % 64, 32);
+  EXPECT_EQ(prepare_weights(plan, w.view(), &p).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PrepareErrors, PreparingAStackedViewAgainGivesTheSameBytes) {

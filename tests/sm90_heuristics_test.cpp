@@ -98,8 +98,8 @@ TEST(Sm90Heuristics, StagesFillSharedMemory) {
         continue;
       }
       ASSERT_GE(s, 2) << bn << " " << kp;
-      EXPECT_LE(smem_layout(bn, int(kp), s).bytes, max_dynamic_smem(bn));
-      if (s < kMaxStages) EXPECT_GT(smem_layout(bn, int(kp), s + 1).bytes, max_dynamic_smem(bn));
+      EXPECT_LE(smem_layout(bn, int(kp), s, false).bytes, max_dynamic_smem(bn));
+      if (s < kMaxStages) EXPECT_GT(smem_layout(bn, int(kp), s + 1, false).bytes, max_dynamic_smem(bn));
     }
   }
   // Not even two stages: K so large that the scale buffers alone take the space.
@@ -118,10 +118,20 @@ TEST(Sm90Heuristics, OverridesAndDescription) {
   EXPECT_EQ(c.token_tile, 192);
   EXPECT_EQ(c.stages_gemm1, 3);
   EXPECT_EQ(c.stages_gemm2, 3);
-  EXPECT_EQ(describe(c), "wgmma: 192-token tiles, 3 / 3 stages (GEMM1 / GEMM2), 1 block per SM");
+  EXPECT_EQ(describe(c),
+            "wgmma: 192-token tiles, 3 / 3 stages (GEMM1 / GEMM2), 1 block per SM, GEMM1 output staged for one "
+            "bulk store per item");
   EXPECT_EQ(describe(choose_config(256, 4, 32, 2944, 2944)),
             "wgmma: 48-token tiles, 4 / 4 stages (GEMM1 / GEMM2), 2 blocks per SM, wgmma N per item up to its "
-            "last token column");
+            "last token column, GEMM1 output staged for one bulk store per item");
+  // The output half is staged where it costs GEMM1 no stage: not at 128-token
+  // tiles (5 stages leave 2 KB), at 144 (18 KB of 26 KB free).
+  EXPECT_FALSE(choose_config(1024, 4, 32, 2880, 2880, {2, 128}).staged_output);
+  EXPECT_EQ(choose_config(1024, 4, 32, 2880, 2880, {2, 128}).stages_gemm1, 5);
+  const Config c144 = choose_config(1024, 4, 32, 2880, 2880);
+  EXPECT_EQ(c144.token_tile, 144);
+  EXPECT_TRUE(c144.staged_output);
+  EXPECT_EQ(c144.stages_gemm1, pipeline_stages(144, 2880, true));
 }
 
 }  // namespace

@@ -182,8 +182,9 @@ TEST(Sm90Layout, AccumulatorFragment) {
 TEST(Sm90Layout, SharedMemoryCarveUp) {
   for (int bn : kTokenTiles)
     for (int kp : {256, 2944, 8192})
-      for (int stages = 2; stages <= 8; ++stages) {
-        const SmemLayout l = smem_layout(bn, kp, stages);
+      for (int stages = 2; stages <= 8; ++stages)
+        for (bool staged : {false, true}) {
+        const SmemLayout l = smem_layout(bn, kp, stages, staged);
         EXPECT_EQ(l.act % 1024, 0);
         EXPECT_EQ(l.codes % 1024, 0);  // every stage 1024-aligned: the swizzle atom
         EXPECT_EQ(stage_bytes(bn) % 1024, 0);
@@ -195,10 +196,38 @@ TEST(Sm90Layout, SharedMemoryCarveUp) {
         EXPECT_GE(l.item_cols, kTileRows * kp / 32);
         EXPECT_GE(l.item_bias, l.item_cols + 4 * bn);
         EXPECT_GE(l.item_stride, l.item_bias + 2 * kTileRows);
+        EXPECT_EQ(l.out % 16, 0);  // a bulk copy's source
+        EXPECT_EQ(l.out, l.items + 2 * l.item_stride);
         EXPECT_EQ(l.bars % 8, 0);
-        EXPECT_EQ(l.bars, l.items + 2 * l.item_stride);
+        EXPECT_EQ(l.bars, l.out + (staged ? output_half_bytes(bn) : 0));
         EXPECT_EQ(l.bytes, 1024 + l.bars + (2 * stages + 4) * 8);
-      }
+        }
+}
+
+// GEMM1's tile rt, row pair q (w13 in kInterleavedChunkOrder), writes GEMM2's
+// input column j = chunk_order_pair_column(I, q): where the packed layout keeps
+// column j of token row n must be the tile's output half at stage_offset(n, q % 64).
+TEST(Sm90Layout, Gemm1TileOutputsAreOneHalfOfAStage) {
+  for (int bn : {16, 48, 144}) {
+    for (int64_t ip : {int64_t(128), int64_t(320), int64_t(2880)}) {
+      std::set<int64_t> offsets;
+      for (int64_t tile = 0; tile < 2; ++tile)
+        for (int64_t q = 0; q < ip; ++q) {
+          const int rt = int(q / 64);
+          const int64_t j = chunk_order_pair_column(ip, q);
+          ASSERT_GE(j, 0);
+          ASSERT_LT(j, ip);
+          ASSERT_EQ(chunk_order_pair(ip, j), q);
+          for (int n = 0; n < bn; n += 5) {
+            const int64_t want = packed_offset(bn, ip, tile, n, j);
+            ASSERT_EQ(output_half_offset(bn, ip, tile, rt) + stage_offset(bn, n, int(q % 64)), want)
+                << "bn=" << bn << " I=" << ip << " q=" << q << " n=" << n;
+            offsets.insert(want);
+          }
+        }
+      EXPECT_EQ(offsets.size(), size_t(2 * ip * ((bn + 4) / 5)));  // distinct places
+    }
+  }
 }
 
 // ---- One tile through the emulated wgmma data path -----------------------------

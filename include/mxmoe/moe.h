@@ -3,7 +3,7 @@
 //
 // Per expert e (GPT-OSS checkpoint order):
 //   w13 [2I, H]  MXFP4, rows interleaved: row 2j = gate_j, row 2j+1 = up_j
-//                (prepared weights may stack the halves instead: see W13Layout)
+//                (prepared weights may stack or reorder them: see W13Layout)
 //   b13 [2I]     bf16
 //   w2  [H, I]   MXFP4
 //   b2  [H]      bf16
@@ -36,14 +36,50 @@ enum class W13Layout {
   kInterleaved,    // row 2j = gate_j, 2j+1 = up_j (checkpoint order)
   kStackedUpGate,  // rows [0, I) = up, [I, 2I) = gate (CUTLASS/FlashInfer SwiGLU epilogues)
   kStackedGateUp,  // rows [0, I) = gate, [I, 2I) = up
+  // Interleaved (gate, up) pairs, ordered within each 128-column chunk of I
+  // (the last one 64 wide when I % 128 == 64) by the K order of the sm90
+  // GEMMs' activation operand: the pair at position k of a chunk is its
+  // column chunk_order_column(k, width). An sm90 GEMM1 tile of 128 rows then
+  // produces one contiguous half of a GEMM2 activation stage (sm90 backend).
+  // Needs I % 64 == 0.
+  kInterleavedChunkOrder,
 };
+
+// The K order of a chunk of `width` (128, or 64 for a last chunk) that the
+// sm90 GEMMs use for their activation operand (derived from the mma fragment
+// in src/cuda/sm90/sm90_layout.h): operand position k holds the chunk's
+// element chunk_order_column(k, width); chunk_order_position is the inverse.
+inline constexpr int64_t chunk_order_column(int64_t k, int64_t width) {
+  const int64_t s = k >> 4, t = (k >> 1) & 3, p = (k >> 3) & 1, b = k & 1;
+  return (width / 4) * t + 8 * (s >> 1) + 4 * (s & 1) + 2 * p + b;
+}
+inline constexpr int64_t chunk_order_position(int64_t e, int64_t width) {
+  const int64_t t = e / (width / 4), w = (e >> 3) & (width / 32 - 1), i = e & 7;
+  return 32 * w + 8 * (i >> 1) + 2 * t + (i & 1);
+}
+// Pair position of column j in kInterleavedChunkOrder, and the column at
+// pair position q, for intermediate size I.
+inline constexpr int64_t chunk_order_pair(int64_t I, int64_t j) {
+  const int64_t c0 = j / 128 * 128;
+  return c0 + chunk_order_position(j - c0, I - c0 < 128 ? 64 : 128);
+}
+inline constexpr int64_t chunk_order_pair_column(int64_t I, int64_t q) {
+  const int64_t c0 = q / 128 * 128;
+  return c0 + chunk_order_column(q - c0, I - c0 < 128 ? 64 : 128);
+}
 
 // Row of w13 (and entry of b13) holding gate_j or up_j, for intermediate size I.
 inline constexpr int64_t w13_gate_row(W13Layout l, int64_t I, int64_t j) {
-  return l == W13Layout::kInterleaved ? 2 * j : l == W13Layout::kStackedUpGate ? I + j : j;
+  switch (l) {
+    case W13Layout::kInterleaved: return 2 * j;
+    case W13Layout::kStackedUpGate: return I + j;
+    case W13Layout::kStackedGateUp: return j;
+    case W13Layout::kInterleavedChunkOrder: return 2 * chunk_order_pair(I, j);
+  }
+  return -1;
 }
 inline constexpr int64_t w13_up_row(W13Layout l, int64_t I, int64_t j) {
-  return l == W13Layout::kInterleaved ? 2 * j + 1 : l == W13Layout::kStackedUpGate ? j : I + j;
+  return l == W13Layout::kStackedUpGate ? j : l == W13Layout::kStackedGateUp ? I + j : w13_gate_row(l, I, j) + 1;
 }
 
 struct SwigluParams {

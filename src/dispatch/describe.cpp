@@ -12,6 +12,7 @@ const char* layout_name(W13Layout l) {
     case W13Layout::kInterleaved: return "interleaved";
     case W13Layout::kStackedUpGate: return "[up; gate]";
     case W13Layout::kStackedGateUp: return "[gate; up]";
+    case W13Layout::kInterleavedChunkOrder: return "interleaved, chunk K order";
   }
   return "?";
 }

@@ -45,10 +45,14 @@ PreparePlan plan_portable(const MoeShape& shape) {
 // eight of 1 KB: at 16-token tiles the eight copies held gpt-oss-120b T = 256
 // at 719 us against 546-596 us for one (H200). The K order this implies on
 // the activation side is applied by the sm90 kernels that write activations
-// (src/cuda/sm90/sm90_layout.h).
+// (src/cuda/sm90/sm90_layout.h). w13's (gate, up) pairs are in that K order
+// within each chunk of I (kInterleavedChunkOrder), so that GEMM1's 128-row
+// tile holds the intermediate columns of one half of a GEMM2 stage and its
+// outputs leave as one bulk copy.
 PreparePlan plan_sm90(const MoeShape& shape) {
   PreparePlan p = base_plan(BackendKind::kSm90, shape);
   p.swizzle = WeightSwizzle::kMmaRowTiles128;
+  p.w13_layout = W13Layout::kInterleavedChunkOrder;
   // The 128-row tiles of the layout run over all E * Hp rows of w2, so an
   // expert may start half-way into one (Hp % 128 == 64); their count must be
   // whole, which an odd E needs Hp % 128 == 0 for. (w13 has 2 Ip rows an

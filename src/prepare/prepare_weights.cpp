@@ -21,6 +21,10 @@ Status check_plan(const PreparePlan& plan) {
     return Status::InvalidArgument(fmt::format(
         "plan: padded H {} / I {} must be multiples of {} covering the shape, prefetch rows {} >= 0",
         plan.hidden_padded, plan.intermediate_padded, kMxBlock, plan.prefetch_rows));
+  if (plan.w13_layout == W13Layout::kInterleavedChunkOrder && plan.intermediate_padded % 64 != 0)
+    return Status::InvalidArgument(fmt::format(
+        "plan: w13 in chunk K order needs padded I % 64 == 0 (128-wide chunks, a 64-wide last), got {}",
+        plan.intermediate_padded));
   PreparePlan expected = plan;
   update_extents(&expected);
   if (expected.w13_codes_bytes != plan.w13_codes_bytes ||

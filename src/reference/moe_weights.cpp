@@ -41,6 +41,9 @@ Status validate_weights(const MoeWeightsView& w) {
   const auto& s = w.shape;
   MXMOE_RETURN_IF_ERROR(check_matrix("w13", w.w13, s.experts, 2 * s.intermediate, s.hidden));
   MXMOE_RETURN_IF_ERROR(check_matrix("w2", w.w2, s.experts, s.hidden, s.intermediate));
+  if (w.w13_layout == W13Layout::kInterleavedChunkOrder && s.intermediate % 64 != 0)
+    return Status::InvalidArgument(
+        fmt::format("w13 in chunk K order needs intermediate % 64 == 0, got {}", s.intermediate));
   if (!w.b13 || !w.b2) return Status::InvalidArgument("expert biases: null pointer");
   if (w.b13_expert_stride < 2 * s.intermediate || w.b2_expert_stride < s.hidden)
     return Status::InvalidArgument("expert biases: expert stride smaller than a row");

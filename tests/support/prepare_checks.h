@@ -22,6 +22,19 @@ inline int64_t expected_w13_row(W13Layout l, int64_t I, int64_t j, bool is_up) {
     case W13Layout::kInterleaved: return 2 * j + (is_up ? 1 : 0);
     case W13Layout::kStackedUpGate: return is_up ? j : I + j;
     case W13Layout::kStackedGateUp: return is_up ? I + j : j;
+    case W13Layout::kInterleavedChunkOrder: {
+      // Column j sits at the pair position k of its chunk whose wgmma operand
+      // slot reads it: slot k (k16 step s = k / 16, thread t = (k / 2) % 4,
+      // second register pair (k / 8) % 2, half b = k % 2) reads the chunk's
+      // element (width / 4) t + 8 (s / 2) + 4 (s % 2) + 2 second + b (the
+      // fragment, sm90_layout.h); searched here rather than inverted.
+      const int64_t c0 = j / 128 * 128, width = I - c0 < 128 ? 64 : 128;
+      for (int64_t k = 0; k < width; ++k) {
+        const int64_t s = k / 16, t = (k / 2) % 4, second = (k / 8) % 2, b = k % 2;
+        if (c0 + (width / 4) * t + 8 * (s / 2) + 4 * (s % 2) + 2 * second + b == j) return 2 * (c0 + k) + (is_up ? 1 : 0);
+      }
+      return -1;
+    }
   }
   return -1;
 }

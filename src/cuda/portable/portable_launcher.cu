@@ -87,6 +87,8 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   if (H % 32 != 0 || Hp % 64 != 0 || Ip % 64 != 0 || Hp < H || Ip < s.intermediate)
     return Status::InvalidArgument(fmt::format(
         "portable: H = {} must be a multiple of 32 and Hp = {}, Ip = {} multiples of 64", H, Hp, Ip));
+  if (w.w13_layout != W13Layout::kInterleaved && w.w13_layout != W13Layout::kInterleavedChunkOrder)
+    return Status::InvalidArgument("portable: w13 must be interleaved (gate, up) row pairs");
   // The decode GEMMs take a K chunk's code offset in 32 bits (at most 64 x K).
   if (Hp > kMaxPaddedK || Ip > kMaxPaddedK)
     return Status::Unsupported(
@@ -153,6 +155,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.num_tiles = num_tiles;
   g1.act_out = act;
   g1.act_out_stride = Ip;
+  g1.act_out_chunk_order = w.w13_layout == W13Layout::kInterleavedChunkOrder;
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
   if (l.per_pair) g1.pair_ids = ids;

@@ -38,6 +38,9 @@ struct DeviceWeights {
   MoeShape shape;  // real (unpadded) shape
   WeightSwizzle swizzle = WeightSwizzle::kMmaRowGroups16;
   int64_t hidden_padded = 0, intermediate_padded = 0;
+  // kInterleaved or kInterleavedChunkOrder (the sm90 plan's): GEMM1 stores
+  // the output of its row pair q at column q, or chunk_order_pair_column.
+  W13Layout w13_layout = W13Layout::kInterleaved;
   SwigluParams swiglu;
   const uint8_t* w13_codes = nullptr;
   const uint8_t* w13_scales = nullptr;

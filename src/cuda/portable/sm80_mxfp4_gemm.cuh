@@ -35,6 +35,7 @@
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smxx_mxfp4_dequant.cuh"
+#include "mxmoe/moe.h"
 
 namespace mxmoe::portable {
 
@@ -76,9 +77,12 @@ struct GemmParams {
   // Pair q's rows are row q of act_out / act_in (GEMM2) / y_out. The schedule
   // above is not read.
   const int32_t* pair_ids;
-  // GEMM1 epilogue: SwiGLU -> act_out bf16 [rows, act_out_stride]
+  // GEMM1 epilogue: SwiGLU -> act_out bf16 [rows, act_out_stride]; the
+  // output of row pair q is column q, or with act_out_chunk_order (w13 in
+  // W13Layout::kInterleavedChunkOrder) column chunk_order_pair_column(I, q).
   uint16_t* act_out;
   int64_t act_out_stride;
+  bool act_out_chunk_order;
   float alpha, limit;
   // GEMM2 epilogue: route_w[pair] * (acc + bias) -> y_out fp32 [rows, n_valid]
   float* y_out;
@@ -234,7 +238,9 @@ __device__ __forceinline__ void store_columns(const GemmParams& p, int row, int 
     const float gg = p.limit < lo ? p.limit : lo;
     const float uu = hi < -p.limit ? -p.limit : (p.limit < hi ? p.limit : hi);
     const float a = gg / (1.f + expf(-p.alpha * gg)) * (uu + 1.f);
-    p.act_out[int64_t(r) * p.act_out_stride + row / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(a));
+    const int q = row / 2;
+    const int j = p.act_out_chunk_order ? int(chunk_order_pair_column(p.n_rows / 2, q)) : q;
+    p.act_out[int64_t(r) * p.act_out_stride + j] = __bfloat16_as_ushort(__float2bfloat16_rn(a));
   } else if (row < p.n_valid) {  // n_valid is a multiple of 32: row + 1 is in range too
     *reinterpret_cast<float2*>(p.y_out + int64_t(r) * p.n_valid + row) = make_float2(rw * lo, rw * hi);
   }

@@ -52,6 +52,9 @@ struct Config {
   int stages_gemm1 = 0;  // pipeline stages of GEMM1 (K = padded H) and GEMM2 (K = padded I)
   int stages_gemm2 = 0;
   bool per_pair = false;  // decode path: per-pair tiles, no grouping (portable::per_pair_decode)
+  // GEMM1 writes each item's outputs into shared memory and stores them with
+  // one bulk copy (sm90_layout.h, output_half_bytes), where that costs no stage.
+  bool staged_output = false;
 };
 
 // Mean (token, slot) rows per expert, rounded up.
@@ -130,11 +133,11 @@ inline int token_tile(int64_t tokens, int64_t topk, int64_t experts, int overrid
 }
 
 // Deepest ring (at most kMaxStages) whose shared memory fits the block's
-// share of the SM (max_dynamic_smem), or 0 when not even two stages do (K too
-// large).
-inline int pipeline_stages(int token_tile, int64_t k_padded) {
+// share of the SM (max_dynamic_smem) beside GEMM1's output half when
+// `staged_output`, or 0 when not even two stages do (K too large).
+inline int pipeline_stages(int token_tile, int64_t k_padded, bool staged_output = false) {
   for (int s = kMaxStages; s >= 2; --s)
-    if (smem_layout(token_tile, int(k_padded), s).bytes <= max_dynamic_smem(token_tile)) return s;
+    if (smem_layout(token_tile, int(k_padded), s, staged_output).bytes <= max_dynamic_smem(token_tile)) return s;
   return 0;
 }
 
@@ -154,6 +157,7 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   c.token_tile = bn;
   c.stages_gemm1 = s1;
   c.stages_gemm2 = s2;
+  c.staged_output = pipeline_stages(bn, hidden_padded, true) == s1;
   return c;
 }
 
@@ -166,7 +170,8 @@ inline std::string describe(const Config& c) {
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
          std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2), " + std::to_string(blocks) +
          (blocks == 1 ? " block per SM" : " blocks per SM") +
-         (narrows_columns(c.token_tile) ? ", wgmma N per item up to its last token column" : "");
+         (narrows_columns(c.token_tile) ? ", wgmma N per item up to its last token column" : "") +
+         (c.staged_output ? ", GEMM1 output staged for one bulk store per item" : "");
 }
 
 }  // namespace mxmoe::sm90

@@ -138,8 +138,9 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
   if (!a.x || !a.y) return Status::InvalidArgument("sm90: null x or y");
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
     return Status::InvalidArgument("sm90: pass both topk ids and weights, or neither");
-  if (w.swizzle != WeightSwizzle::kMmaRowTiles128)
-    return Status::InvalidArgument("sm90: codes must be in the sm90 plan's 128-row tile order");
+  if (w.swizzle != WeightSwizzle::kMmaRowTiles128 || w.w13_layout != W13Layout::kInterleavedChunkOrder)
+    return Status::InvalidArgument(
+        "sm90: codes must be in the sm90 plan's 128-row tile order and w13 in its chunk K order");
   // The GEMMs bulk-copy codes, scales and bias rows: 16-byte aligned sources.
   for (const void* ptr : {static_cast<const void*>(w.w13_codes), static_cast<const void*>(w.w13_scales),
                           static_cast<const void*>(w.b13), static_cast<const void*>(w.w2_codes),
@@ -150,8 +151,9 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
     return Status::InvalidArgument(
         fmt::format("sm90: token tile {} is not one of {}", cfg.token_tile, fmt::join(kTokenTiles, ", ")));
   if (cfg.stages_gemm1 < 2 || cfg.stages_gemm2 < 2 ||
-      smem_layout(cfg.token_tile, int(Hp), cfg.stages_gemm1).bytes > max_dynamic_smem(cfg.token_tile) ||
-      smem_layout(cfg.token_tile, int(Ip), cfg.stages_gemm2).bytes > max_dynamic_smem(cfg.token_tile))
+      smem_layout(cfg.token_tile, int(Hp), cfg.stages_gemm1, cfg.staged_output).bytes >
+          max_dynamic_smem(cfg.token_tile) ||
+      smem_layout(cfg.token_tile, int(Ip), cfg.stages_gemm2, false).bytes > max_dynamic_smem(cfg.token_tile))
     return Status::InvalidArgument(fmt::format("sm90: stages {} / {} do not fit shared memory for Hp = {}, Ip = {}",
                                                cfg.stages_gemm1, cfg.stages_gemm2, Hp, Ip));
   return Status::Ok();
@@ -244,6 +246,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g1.tile_expert = tile_expert;
   g1.num_tiles = num_tiles;
   g1.act_out = act;
+  g1.staged_output = cfg.staged_output;
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
   const int blocks = sms * blocks_per_sm(tile);
@@ -262,6 +265,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g2.stages = cfg.stages_gemm2;
   g2.act_in = act;
   g2.act_out = nullptr;
+  g2.staged_output = false;
   g2.y_out = ypair;
   g2.n_valid = int(H);
   const int grid2 = int(std::min<int64_t>(blocks, l.max_tiles * row_tiles(Hp)));

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "mxmoe/moe.h"
+
 #if defined(__CUDACC__)
 #define MXMOE_SM90_HD __host__ __device__
 #else
@@ -110,21 +112,16 @@ static_assert(group_chunk_bytes(kChunk) == kGroupChunkBytes && code_chunk_bytes(
 // the pair) is the physical element (width / 4) t + 8 (s / 2) + 4 (s % 2) +
 // 2p + b, and the activations are stored in that order: a dot product is
 // unchanged when both operands' K is permuted alike.
-MXMOE_SM90_HD constexpr int physical_k(int k, int width = kChunk) {
-  const int s = k >> 4, t = (k >> 1) & 3, p = (k >> 3) & 1, b = k & 1;
-  return (width / 4) * t + 8 * (s >> 1) + 4 * (s & 1) + 2 * p + b;
-}
+// (mxmoe/moe.h holds the formula as chunk_order_column: w13's
+// kInterleavedChunkOrder stores GEMM1's row pairs in this order.)
+MXMOE_SM90_HD constexpr int physical_k(int k, int width = kChunk) { return int(chunk_order_column(k, width)); }
 // The code word and pair (pair_bits::e2m1_pair_bits) that feed register `reg`
 // (0..3: a0..a3) of k16 step s; a1 and a3 come from the second row (g + 8).
 MXMOE_SM90_HD constexpr int a_word(int s) { return s >> 1; }
 MXMOE_SM90_HD constexpr int a_pair(int s, int reg) { return 2 * (s & 1) + (reg >> 1); }
 MXMOE_SM90_HD constexpr bool a_second_row(int reg) { return (reg & 1) != 0; }
 // The inverse of physical_k: operand k of physical element e = (width / 4) t + 8w + i.
-MXMOE_SM90_HD constexpr int logical_k(int e, int width = kChunk) {
-  const int t = e / (width / 4), w = (e >> 3) & (width / 32 - 1), i = e & 7;
-  const int pair = i >> 1, b = i & 1;
-  return 32 * w + 8 * pair + 2 * t + b;
-}
+MXMOE_SM90_HD constexpr int logical_k(int e, int width = kChunk) { return int(chunk_order_position(e, width)); }
 
 // ---- Shared-memory image of one stage of activations ---------------------------
 // `bn` tokens x 128 operand k, bf16, K-major with the 128-byte swizzle: two
@@ -145,6 +142,17 @@ MXMOE_SM90_HD constexpr int64_t packed_offset(int bn, int64_t k_padded, int64_t 
   const int c = int(e / kChunk);
   return tile * packed_tile_bytes(bn, k_padded) + int64_t(c) * stage_bytes(bn) +
          stage_offset(bn, n, logical_k(int(e % kChunk), chunk_width(k_padded, c)));
+}
+
+// GEMM1's outputs: with w13 in W13Layout::kInterleavedChunkOrder, row pair q
+// of GEMM1 is operand k = q % 128 of GEMM2's chunk q / 128, so the 64 row
+// pairs of a 128-row tile rt are half rt % 2 of that chunk's stage image:
+// `bn` rows of 128 bytes, contiguous in the packed tensor (a 64-wide tail
+// chunk is half 0 alone), where pair k' of the tile and token row n lie at
+// stage_offset(bn, n, k').
+MXMOE_SM90_HD constexpr int output_half_bytes(int bn) { return bn * 128; }
+MXMOE_SM90_HD constexpr int64_t output_half_offset(int bn, int64_t k_padded, int64_t tile, int rt) {
+  return tile * packed_tile_bytes(bn, k_padded) + int64_t(rt / 2) * stage_bytes(bn) + (rt % 2) * output_half_bytes(bn);
 }
 
 // The pack kernel's gather: operand k [32w, 32w + 32) of a row come from the
@@ -193,7 +201,9 @@ MXMOE_SM90_HD constexpr int tile_row(int q, int w, int m) { return kGroupRows * 
 // ---- Shared memory of the GEMM kernel ---------------------------------------------
 // Offsets from the 1024-aligned base: `stages` activation stages, `stages`
 // code stages (8 row groups x 1 KB), two item buffers (the current and the
-// next item's), then the mbarriers: full[stages], empty[stages],
+// next item's), with `staged_output` GEMM1's output half (at out,
+// output_half_bytes: the epilogue writes an item's outputs there and one bulk
+// copy stores them), then the mbarriers: full[stages], empty[stages],
 // item_full[2], item_empty[2]. An item buffer holds what the item reads once:
 // its 128 rows' scales (128 x k/32 bytes, at 0), the epilogue's 4 bytes per
 // token column (at item_cols: its sorted pair, -1 for padding) and the rows'
@@ -201,10 +211,10 @@ MXMOE_SM90_HD constexpr int tile_row(int q, int w, int m) { return kGroupRows * 
 // `bytes` is the dynamic shared memory to request, 1024 bytes of alignment
 // slack included.
 struct SmemLayout {
-  int act, codes, items, item_stride, item_cols, item_bias, bars, bytes;
+  int act, codes, items, item_stride, item_cols, item_bias, out, bars, bytes;
 };
 MXMOE_SM90_HD constexpr int item_scale_bytes(int k_padded) { return kTileRows * (k_padded / 32); }
-MXMOE_SM90_HD constexpr SmemLayout smem_layout(int bn, int k_padded, int stages) {
+MXMOE_SM90_HD constexpr SmemLayout smem_layout(int bn, int k_padded, int stages, bool staged_output) {
   SmemLayout l{};
   l.act = 0;
   l.codes = stages * stage_bytes(bn);
@@ -212,7 +222,8 @@ MXMOE_SM90_HD constexpr SmemLayout smem_layout(int bn, int k_padded, int stages)
   l.item_cols = (item_scale_bytes(k_padded) + 15) / 16 * 16;
   l.item_bias = l.item_cols + 4 * bn;
   l.item_stride = (l.item_bias + 2 * kTileRows + 127) / 128 * 128;
-  l.bars = l.items + 2 * l.item_stride;
+  l.out = l.items + 2 * l.item_stride;
+  l.bars = l.out + (staged_output ? output_half_bytes(bn) : 0);
   l.bytes = 1024 + l.bars + (2 * stages + 4) * 8;
   return l;
 }

@@ -12,7 +12,7 @@ namespace {
 
 template <int BN, bool kSwiglu>
 cudaError_t launch(const GemmParams& p, int grid, bool overlap, cudaStream_t stream) {
-  const int smem = smem_layout(BN, p.k, p.stages).bytes;
+  const int smem = smem_layout(BN, p.k, p.stages, p.staged_output).bytes;
   return smxx::launch_kernel(sm90_mxfp4_moe_gemm<BN, kSwiglu>, dim3(unsigned(grid)), dim3(kThreads), size_t(smem),
                              stream, overlap, p);
 }
@@ -51,7 +51,8 @@ constexpr auto kTileIndices = std::make_index_sequence<std::size(kTokenTiles)>()
 cudaError_t launch_sm90_mxfp4_gemm(const GemmParams& p, int token_tile, bool swiglu, int grid, bool overlap,
                                    cudaStream_t stream) {
   if (p.stages < 2 || !is_token_tile(token_tile) ||
-      smem_layout(token_tile, p.k, p.stages).bytes > max_dynamic_smem(token_tile))
+      (p.staged_output && !swiglu) ||
+      smem_layout(token_tile, p.k, p.stages, p.staged_output).bytes > max_dynamic_smem(token_tile))
     return cudaErrorInvalidValue;
   return launch_tile(kTileIndices, p, token_tile, swiglu, grid, overlap, stream);
 }

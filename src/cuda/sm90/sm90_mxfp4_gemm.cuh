@@ -63,6 +63,10 @@ struct RegisterBudget {
                 "the warpgroups' register budgets must fit the registers the block enters with");
 };
 
+// The consumer warpgroups' named barrier (0 is __syncthreads): GEMM1's staged
+// output half is written between two of its phases.
+inline constexpr int kOutputBarrier = 1;
+
 namespace detail {
 
 // Chunk c's A fragments of this thread: rows g (lo) and g + 8 (hi) of the
@@ -139,7 +143,7 @@ __device__ __forceinline__ void with_width(int width, F&& f) {
 // Shared-memory addresses of one block (see SmemLayout).
 struct Smem {
   uint32_t base;        // shared address, 1024-aligned
-  const uint8_t* ptr;   // the same byte, generic pointer (ordinary loads)
+  uint8_t* ptr;         // the same byte, generic pointer (ordinary loads and stores)
   SmemLayout l;
   int stages;
   __device__ uint32_t full(int s) const { return base + l.bars + 8 * s; }
@@ -147,6 +151,7 @@ struct Smem {
   __device__ uint32_t item_full(int b) const { return base + l.bars + 8 * (2 * stages + b); }
   __device__ uint32_t item_empty(int b) const { return base + l.bars + 8 * (2 * stages + 2 + b); }
   __device__ const uint8_t* item(int b) const { return ptr + l.items + b * l.item_stride; }
+  __device__ uint8_t* out() const { return ptr + l.out; }
 };
 
 // The item sequence both roles walk: item = token tile * row tiles + row
@@ -235,40 +240,58 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
 // rows h0 and h0 + 1 for GEMM2) and token column acc_n(t, i). Column
 // metadata and bias come from the item's shared-memory buffer.
 template <int BN, bool kSwiglu>
-__device__ __forceinline__ void finish_item(const GemmParams& p, const float (&acc)[BN / 2], const uint8_t* item,
-                                            const SmemLayout& l, int tt, int rt, int q, int w, int g, int t) {
+__device__ __forceinline__ void finish_item(const GemmParams& p, const float (&acc)[BN / 2], const Smem& sm, int b,
+                                            int tt, int rt, int q, int w, int g, int t) {
+  const uint8_t* item = sm.item(b);
   const int local = tile_row(q, w, g);  // even; local + 1 is its pair
   const int row = rt * kTileRows + local;
-  const uint16_t* bias = reinterpret_cast<const uint16_t*>(item + l.item_bias);
+  const uint16_t* bias = reinterpret_cast<const uint16_t*>(item + sm.l.item_bias);
   const float b_lo = bf16_to_f32(bias[local]), b_hi = bf16_to_f32(bias[local + 1]);
-  const int32_t* col_pair = reinterpret_cast<const int32_t*>(item + l.item_cols);  // -1: padding
+  const int32_t* col_pair = reinterpret_cast<const int32_t*>(item + sm.l.item_cols);  // -1: padding
   if constexpr (kSwiglu) {
+    // The thread's row pair is operand k' = local / 2 of the tile's output
+    // half (output_half_offset): token row n at stage_offset(BN, n, k').
     // Accumulator column n = 8 jj + 2t + c (acc_n): the thread's outputs of one
-    // c are 8 rows apart for consecutive jj, so their addresses are one base
-    // per c plus a constant step (below), not a full offset per output.
-    const int64_t act_k = p.n_rows / 2;  // GEMM2's padded K
-    const int j = row / 2;               // intermediate column of (gate_j, up_j)
-    // In the stage image row n starts n * 128 bytes into each 64-wide half and
-    // the swizzle XORs with n % 8 = 2t + c: eight rows on is 1024 bytes on.
-    uint8_t* const out[2] = {p.act_out + packed_offset(BN, act_k, tt, 2 * t, j),
-                             p.act_out + packed_offset(BN, act_k, tt, 2 * t + 1, j)};
+    // c are 8 rows apart for consecutive jj, so their offsets are one base per
+    // c plus a constant step (the swizzle XORs with n % 8 = 2t + c: eight rows
+    // on is 1024 bytes on), not a full offset per output.
+    const int at[2] = {stage_offset(BN, 2 * t, local / 2), stage_offset(BN, 2 * t + 1, local / 2)};
+    const float limit = p.limit, neg_alpha_log2e = -p.alpha * 1.4426950408889634f;
     // Branch-free: every column is computed and padding columns (pair -1)
     // select 0, so the compiler can interleave a thread's outputs; per-output
     // branches made each one a serial chain while the tensor core idled.
-    const float limit = p.limit, neg_alpha_log2e = -p.alpha * 1.4426950408889634f;
+    auto write_outputs = [&](uint8_t* half) {
 #pragma unroll
-    for (int i = 0; i < BN / 2; i += 4)
+      for (int i = 0; i < BN / 2; i += 4)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        // GPT-OSS SwiGLU; a NaN input stays NaN, as in the reference. The
-        // fast exponential and division: the result is rounded to bf16.
-        const float hg = acc[i + c] + b_lo, hu = acc[i + 2 + c] + b_hi;
-        const float gg = ptx::min_nan(hg, limit);
-        const float uu = ptx::max_nan(ptx::min_nan(hu, limit), -limit);
-        const float glu = __fdividef(gg, 1.f + ptx::ex2_ftz(gg * neg_alpha_log2e)) * (uu + 1.f);
-        const float a = col_pair[acc_n(t, i + c)] >= 0 ? glu : 0.f;
-        *reinterpret_cast<uint16_t*>(out[c] + (i / 4) * 1024) = __bfloat16_as_ushort(__float2bfloat16_rn(a));
-      }
+        for (int c = 0; c < 2; ++c) {
+          // GPT-OSS SwiGLU; a NaN input stays NaN, as in the reference. The
+          // fast exponential and division: the result is rounded to bf16.
+          const float hg = acc[i + c] + b_lo, hu = acc[i + 2 + c] + b_hi;
+          const float gg = ptx::min_nan(hg, limit);
+          const float uu = ptx::max_nan(ptx::min_nan(hu, limit), -limit);
+          const float glu = __fdividef(gg, 1.f + ptx::ex2_ftz(gg * neg_alpha_log2e)) * (uu + 1.f);
+          const float a = col_pair[acc_n(t, i + c)] >= 0 ? glu : 0.f;
+          *reinterpret_cast<uint16_t*>(half + at[c] + (i / 4) * 1024) = __bfloat16_as_ushort(__float2bfloat16_rn(a));
+        }
+    };
+    uint8_t* const dst = p.act_out + output_half_offset(BN, p.n_rows / 2, tt, rt);
+    if (!p.staged_output) {
+      write_outputs(dst);  // 2-byte global stores, scattered over 4 token rows a warp
+      return;
+    }
+    // Staged: the half in shared memory, then one bulk copy by one thread.
+    // Its previous copy must have read the buffer before anyone writes it.
+    const bool issuer = q == 0 && w == 0 && g == 0 && t == 0;
+    if (issuer) ptx::bulk_wait_read<0>();
+    ptx::named_barrier_sync(kOutputBarrier, kConsumerThreads);
+    write_outputs(sm.out());
+    ptx::fence_proxy_async_shared();  // the writes, before the bulk copy reads them
+    ptx::named_barrier_sync(kOutputBarrier, kConsumerThreads);
+    if (issuer) {
+      ptx::bulk_store(dst, sm.base + sm.l.out, output_half_bytes(BN));
+      ptx::bulk_commit();
+    }
   } else {
     if (row >= p.n_valid) return;  // padded hidden rows (n_valid is a multiple of 32, row is even)
     // One bf16 row of n_valid per (token, slot) pair, at its pair index, so
@@ -430,9 +453,13 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       };
       with_width<BN>(width, chunks);
     }
-    finish_item<BN, kSwiglu>(p, acc, sm.item(b), sm.l, tt, rt, q, w, g, t);
+    finish_item<BN, kSwiglu>(p, acc, sm, b, tt, rt, q, w, g, t);
     ptx::mbar_arrive(sm.item_empty(b));
   }
+  // The last output copy must be done before the block exits: its
+  // shared-memory source goes, and GEMM2 reads what it writes.
+  if constexpr (kSwiglu)
+    if (p.staged_output && q == 0 && w == 0 && lane == 0) ptx::bulk_wait<0>();
 }
 
 }  // namespace detail
@@ -448,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(BN))
   // start on a 1024-byte boundary, whatever alignment the allocation has.
   const uint32_t raw = ptx::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
-  const detail::Smem sm{base, smem_raw + (base - raw), smem_layout(BN, p.k, p.stages), p.stages};
+  const detail::Smem sm{base, smem_raw + (base - raw), smem_layout(BN, p.k, p.stages, p.staged_output), p.stages};
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
       ptx::mbar_init(sm.full(s), 1);

@@ -30,9 +30,13 @@ struct GemmParams {
   // Per sorted row, copied with each item (16-byte aligned): the pair index
   // t*k + slot (-1 = padding) of the grouping kernel.
   const int32_t* col_pair;
-  // GEMM1 epilogue: SwiGLU of the interleaved (gate, up) rows into packed
-  // activations with K = n_rows / 2 (GEMM2's input); padding rows get 0.
+  // GEMM1 epilogue: SwiGLU of the (gate, up) row pairs (kInterleavedChunkOrder:
+  // pair q is GEMM2's operand k = q % 128 of chunk q / 128) into packed
+  // activations with K = n_rows / 2 (GEMM2's input); padding rows get 0. With
+  // staged_output an item's outputs go through shared memory and leave as one
+  // bulk copy (the layout then holds the output half: smem_layout).
   uint8_t* act_out;
+  bool staged_output;
   float alpha, limit;
   // GEMM2 epilogue: acc + bias -> y_out bf16 [T * k, n_valid], the row of
   // each column's pair (padding columns are not stored); the combine kernel

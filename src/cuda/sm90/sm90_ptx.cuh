@@ -1,7 +1,7 @@
-// PTX wrappers of the sm90 kernels: mbarriers, 1D bulk copies, wgmma with A
-// from registers, setmaxnreg, NaN-keeping min / max, the SFU's 2^x. wgmma and
-// setmaxnreg exist only in sm_90a code; these files are compiled for that
-// target alone (src/CMakeLists.txt).
+// PTX wrappers of the sm90 kernels: mbarriers, 1D bulk copies (in and out),
+// named barriers, wgmma with A from registers, setmaxnreg, NaN-keeping min /
+// max, the SFU's 2^x. wgmma and setmaxnreg exist only in sm_90a code; these
+// files are compiled for that target alone (src/CMakeLists.txt).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +58,35 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
                : "memory");
+}
+
+// ---- 1D bulk copy, shared -> global (a bulk group per committing thread) ---------
+// Orders this thread's earlier ordinary shared-memory writes before later
+// async-proxy reads of them (a bulk copy out of shared memory).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Until at most kPending of this thread's committed bulk groups still read
+// their shared-memory source (the source may be written again).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+// Until at most kPending of them are still in flight (their writes done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// ---- named barrier -----------------------------------------------------------------
+// Barrier `id` (1..15; 0 is __syncthreads) for `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- registers -------------------------------------------------------------------
