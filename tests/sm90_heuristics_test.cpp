@@ -124,10 +124,20 @@ TEST(Sm90Heuristics, OverridesAndDescription) {
   EXPECT_EQ(describe(choose_config(256, 4, 32, 2944, 2944)),
             "wgmma: 48-token tiles, 4 / 4 stages (GEMM1 / GEMM2), 2 blocks per SM, wgmma N per item up to its "
             "last token column, GEMM1 output staged for one bulk store per item");
-  // The output half is staged where it costs GEMM1 no stage: not at 128-token
-  // tiles (5 stages leave 2 KB), at 144 (18 KB of 26 KB free).
-  EXPECT_FALSE(choose_config(1024, 4, 32, 2880, 2880, {2, 128}).staged_output);
-  EXPECT_EQ(choose_config(1024, 4, 32, 2880, 2880, {2, 128}).stages_gemm1, 5);
+  // GEMM1's output half is staged where it costs no stage (144-token tiles:
+  // 18 KB of 26 KB free) or leaves 4 (128: 5 stages become 4), not where it
+  // would leave 3 of 4 (160).
+  const Config c128 = choose_config(1024, 4, 32, 2880, 2880, {2, 128});
+  EXPECT_TRUE(c128.staged_output);
+  EXPECT_EQ(c128.stages_gemm1, 4);
+  EXPECT_EQ(c128.stages_gemm2, 5);
+  const Config c160 = choose_config(1024, 4, 32, 2880, 2880, {2, 160});
+  EXPECT_FALSE(c160.staged_output);
+  EXPECT_EQ(c160.stages_gemm1, 4);
+  EXPECT_TRUE(stages_output(3, 3));
+  EXPECT_TRUE(stages_output(6, 5));
+  EXPECT_FALSE(stages_output(4, 3));
+  EXPECT_FALSE(stages_output(2, 0));
   const Config c144 = choose_config(1024, 4, 32, 2880, 2880);
   EXPECT_EQ(c144.token_tile, 144);
   EXPECT_TRUE(c144.staged_output);

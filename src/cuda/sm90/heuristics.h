@@ -53,7 +53,7 @@ struct Config {
   int stages_gemm2 = 0;
   bool per_pair = false;  // decode path: per-pair tiles, no grouping (portable::per_pair_decode)
   // GEMM1 writes each item's outputs into shared memory and stores them with
-  // one bulk copy (sm90_layout.h, output_half_bytes), where that costs no stage.
+  // one bulk copy (sm90_layout.h, output_half_bytes): stages_output.
   bool staged_output = false;
 };
 
@@ -141,6 +141,19 @@ inline int pipeline_stages(int token_tile, int64_t k_padded, bool staged_output 
   return 0;
 }
 
+// Whether GEMM1 stages its outputs (Config::staged_output), from its ring
+// depth without and with the output half: where that costs no stage, or
+// leaves at least 4. Measured on the H200 (2026-11-30) with the output staged
+// at every tile, us, two runs each, unstaged / staged: 96-token tiles (6 / 5
+// stages at K = 2880) 20b T = 512 249.0, 249.1 / 250.6, 251.4, 120b T = 2048
+// 1065.8, 1050.8 / 1060.5, 1005.4; 128 (5 / 4) 20b T = 768 307.9, 308.2 /
+// 308.8, 308.5, T = 2048 782.5, 760.0 / 720.7, 721.4, 120b T = 3072 1343.7,
+// 1348.8 / 1333.0, 1337.7; 160 (4 / 3) 20b T = 1280 533.6, 533.6 / 560.3,
+// 554.2. Staging where it costs no stage: docs/PERF.md (s39).
+inline bool stages_output(int stages_unstaged, int stages_staged) {
+  return stages_staged >= 2 && (stages_staged == stages_unstaged || stages_staged >= 4);
+}
+
 // The configuration for `tokens` tokens of a layer with padded H and I.
 inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
                             int64_t intermediate_padded, const Overrides& o = {}) {
@@ -155,9 +168,10 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   c.path = Path::kWgmma;
   c.per_pair = false;
   c.token_tile = bn;
-  c.stages_gemm1 = s1;
+  const int s1_staged = pipeline_stages(bn, hidden_padded, true);
+  c.staged_output = stages_output(s1, s1_staged);
+  c.stages_gemm1 = c.staged_output ? s1_staged : s1;
   c.stages_gemm2 = s2;
-  c.staged_output = pipeline_stages(bn, hidden_padded, true) == s1;
   return c;
 }
 
