@@ -29,10 +29,15 @@
 //     overlap the tensor cores on chunk c; with two, one set (the warp loads
 //     chunk c+1's codes while chunk c's group runs, which needs two stages:
 //     the launcher's minimum), and the other block's warps fill the
-//     schedulers.
+//     schedulers. After an item's last chunk the epilogue: GEMM1 applies
+//     SwiGLU and writes GEMM2's packed input, the tile's outputs being one
+//     half of a GEMM2 stage image (w13 in kInterleavedChunkOrder), staged in
+//     shared memory and stored by one bulk copy (Config::staged_output);
+//     GEMM2 stores one bf16 row per (token, slot) pair.
 // Barriers: full[s] (1 arrival + transaction bytes), empty[s] (every
-// consumer thread), item_full[2] / item_empty[2] likewise. Results are deterministic:
-// no atomics, every sum in a fixed order.
+// consumer thread), item_full[2] / item_empty[2] likewise, and the consumer
+// warpgroups' named barrier around the staged output. Results are
+// deterministic: no atomics, every sum in a fixed order.
 #pragma once
 
 #include <cuda_bf16.h>
