@@ -49,9 +49,7 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
   dw.hidden_padded = plan.hidden_padded;
   dw.intermediate_padded = plan.intermediate_padded;
   dw.swiglu = p.swiglu;
-  dw.w13_layout = plan.w13_layout;
-  if (plan.w13_layout != W13Layout::kInterleaved && plan.w13_layout != W13Layout::kInterleavedChunkOrder)
-    return Status::InvalidArgument("portable: the kernels read w13 as interleaved (gate, up) row pairs");
+  dw.w13_layout = plan.w13_layout;  // moe_forward checks it is one the kernels read
   if (plan.swizzle != WeightSwizzle::kMmaRowGroups16 && plan.swizzle != WeightSwizzle::kMmaRowTiles128)
     return Status::InvalidArgument("portable: the kernels read codes in fragment order; the plan has none");
   dw.swizzle = plan.swizzle;
