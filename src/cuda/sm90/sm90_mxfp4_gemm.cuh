@@ -246,7 +246,7 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
 // metadata and bias come from the item's shared-memory buffer.
 template <int BN, bool kSwiglu>
 __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&acc)[BN / 2], const Smem& sm, int b,
-                                            int tt, int rt, int q, int w, int g, int t) {
+                                            int tt, int rt, int q, int w, int g, int t, bool issuer) {
   const uint8_t* item = sm.item(b);
   const int local = tile_row(q, w, g);  // even; local + 1 is its pair
   const int row = rt * kTileRows + local;
@@ -285,9 +285,8 @@ __device__ __forceinline__ void finish_item(const GemmParams& p, const float (&a
       write_outputs(dst);  // 2-byte global stores, scattered over 4 token rows a warp
       return;
     }
-    // Staged: the half in shared memory, then one bulk copy by one thread.
+    // Staged: the half in shared memory, then one bulk copy by `issuer`.
     // Its previous copy must have read the buffer before anyone writes it.
-    const bool issuer = q == 0 && w == 0 && g == 0 && t == 0;
     if (issuer) ptx::bulk_wait_read<0>();
     ptx::named_barrier_sync(kOutputBarrier, kConsumerThreads);
     write_outputs(sm.out());
@@ -333,6 +332,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
   constexpr int kAcc = BN / 2;
   static_assert(kAcc * 128 == 64 * BN, "an m64nN f32 accumulator is N/2 registers per thread");
   const int g = lane >> 2, t = lane & 3, group = 4 * q + w;
+  const bool output_issuer = q == 0 && w == 0 && lane == 0;  // GEMM1's staged output copies
   const int64_t scale_row = p.k / 32;
   float acc[kAcc];
   uint32_t a0[8][4], a1[8][4];
@@ -458,13 +458,13 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       };
       with_width<BN>(width, chunks);
     }
-    finish_item<BN, kSwiglu>(p, acc, sm, b, tt, rt, q, w, g, t);
+    finish_item<BN, kSwiglu>(p, acc, sm, b, tt, rt, q, w, g, t, output_issuer);
     ptx::mbar_arrive(sm.item_empty(b));
   }
   // The last output copy must be done before the block exits: its
   // shared-memory source goes, and GEMM2 reads what it writes.
   if constexpr (kSwiglu)
-    if (p.staged_output && q == 0 && w == 0 && lane == 0) ptx::bulk_wait<0>();
+    if (p.staged_output && output_issuer) ptx::bulk_wait<0>();
 }
 
 }  // namespace detail
