@@ -119,14 +119,18 @@ TEST_F(PortableGpu, GptOssHidden) {
 TEST_F(PortableGpu, PerPairDecode) {
   // Up to 24 pairs run as tiles that find their expert's pairs themselves
   // (per_pair_decode), their rows summed per token by the combine kernel at
-  // the pairs' own indices: the router's ids, one expert
-  // in every slot (one tile whose columns share a token), k = 8, several
-  // tokens, the 64-wide K tail with padded rows (Hp = 320, Ip = 256), and
-  // more than 8 pairs of one expert (a second tile from its 9th pair on; 24
-  // pairs: three, the last led by pair 16).
+  // the pairs' own indices: the router's ids, one expert in every slot (one
+  // tile whose columns share a token, at one and two tokens), k = 8, several
+  // tokens, gpt-oss's H = I = 2880 (22 chunks and a 64-wide tail), the
+  // 64-wide K tail with padded rows (Hp = 320, Ip = 256), and more than 8
+  // pairs of one expert (a second tile from its 9th pair on; 24 pairs: three,
+  // the last led by pair 16).
   check_case({{32, 2880, 736, 4}, 1, RouteMode::kRouter, 650});
   check_case({{32, 320, 224, 4}, 1, RouteMode::kRepeatedExpert, 651});
   check_case({{32, 160, 160, 8}, 1, RouteMode::kRandom, 652});
+  check_case({{32, 320, 224, 4}, 2, RouteMode::kRandom, 660});
+  check_case({{32, 320, 224, 4}, 2, RouteMode::kRepeatedExpert, 661});
+  check_case({{8, 2880, 2880, 4}, 1, RouteMode::kRandom, 662});
   check_case({{128, 320, 224, 4}, 4, RouteMode::kRandom, 653});
   check_case({{128, 320, 224, 1}, 3, RouteMode::kOneExpert, 654});
   check_case({{8, 2880, 736, 4}, 6, RouteMode::kRandom, 655});
