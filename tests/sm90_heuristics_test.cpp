@@ -123,7 +123,8 @@ TEST(Sm90Heuristics, OverridesAndDescription) {
             "bulk store per item");
   EXPECT_EQ(describe(choose_config(256, 4, 32, 2944, 2944)),
             "wgmma: 48-token tiles, 4 / 4 stages (GEMM1 / GEMM2), 2 blocks per SM, wgmma N per item up to its "
-            "last token column, GEMM1 output staged for one bulk store per item");
+            "last token column, GEMM1 output staged for one bulk store per item, weight codes read evict-first "
+            "from L2");
   // GEMM1's output half is staged where it costs no stage (144-token tiles:
   // 18 KB of 26 KB free) or leaves 4 (128: 5 stages become 4), not where it
   // would leave 3 of 4 (160).
@@ -142,6 +143,18 @@ TEST(Sm90Heuristics, OverridesAndDescription) {
   EXPECT_EQ(c144.token_tile, 144);
   EXPECT_TRUE(c144.staged_output);
   EXPECT_EQ(c144.stages_gemm1, pipeline_stages(144, 2880, true));
+}
+
+TEST(Sm90Heuristics, CodesStreamWhereAnExpertFitsOneTile) {
+  EXPECT_TRUE(streams_codes(256, 4, 32, 48));      // gpt-oss-20b T = 256: 32 rows an expert
+  EXPECT_TRUE(streams_codes(1024, 4, 128, 48));    // gpt-oss-120b T = 1024
+  EXPECT_TRUE(streams_codes(1152, 4, 32, 144));    // 144 rows on 144-token tiles
+  EXPECT_FALSE(streams_codes(1160, 4, 32, 144));   // 145
+  EXPECT_FALSE(streams_codes(4096, 4, 32, 192));   // 512 rows: about three tiles an expert
+  EXPECT_TRUE(choose_config(1024, 4, 128, 2880, 2880).stream_codes);
+  EXPECT_FALSE(choose_config(4096, 4, 32, 2880, 2880).stream_codes);
+  EXPECT_FALSE(choose_config(1000, 4, 32, 2880, 2880, {2, 16}).stream_codes);  // 125 rows on 16-token tiles
+  EXPECT_FALSE(choose_config(1, 4, 32, 2880, 2880).stream_codes);              // decode path
 }
 
 }  // namespace

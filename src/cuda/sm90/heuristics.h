@@ -55,6 +55,8 @@ struct Config {
   // GEMM1 writes each item's outputs into shared memory and stores them with
   // one bulk copy (sm90_layout.h, output_half_bytes): stages_output.
   bool staged_output = false;
+  // Both GEMMs read their weight codes under an L2 evict-first policy: streams_codes.
+  bool stream_codes = false;
 };
 
 // Mean (token, slot) rows per expert, rounded up.
@@ -154,6 +156,22 @@ inline bool stages_output(int stages_unstaged, int stages_staged) {
   return stages_staged >= 2 && (stages_staged == stages_unstaged || stages_staged >= 4);
 }
 
+// Whether the GEMMs read the weight codes under an L2 evict-first policy:
+// where an expert's mean rows fit one token tile, each code byte is read by
+// one tile and never again in the forward, so L2 may drop it first and keep
+// the activations that are read again (each token tile's by every row tile of
+// its expert, GEMM1's outputs by GEMM2). Where experts hold several tiles, the
+// later tiles re-read the codes from L2. Measured on the H200 (2026-11-30),
+// plain / evict-first, us, two runs each in one call: 48-token tiles
+// (m = 32) gpt-oss-20b T = 256 178.2, 178.5 / 176.9, 176.9, gpt-oss-120b
+// T = 1024 638.3, 641.1 / 605.2, 605.7; 144 (m = 128) 20b T = 1024 362.4,
+// 363.8 / 362.3, 362.6, 120b T = 4096 1591.0, 1591.9 / 1578.7, 1613.6; 192
+// (m = 512, about three tiles an expert) 20b T = 4096 1419.5, 1419.6 /
+// 1434.1, 1438.3.
+inline bool streams_codes(int64_t tokens, int64_t topk, int64_t experts, int token_tile) {
+  return mean_rows_per_expert(tokens, topk, experts) <= token_tile;
+}
+
 // The configuration for `tokens` tokens of a layer with padded H and I.
 inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
                             int64_t intermediate_padded, const Overrides& o = {}) {
@@ -172,6 +190,7 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   c.staged_output = stages_output(s1, s1_staged);
   c.stages_gemm1 = c.staged_output ? s1_staged : s1;
   c.stages_gemm2 = s2;
+  c.stream_codes = streams_codes(tokens, topk, experts, bn);
   return c;
 }
 
@@ -185,7 +204,8 @@ inline std::string describe(const Config& c) {
          std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2), " + std::to_string(blocks) +
          (blocks == 1 ? " block per SM" : " blocks per SM") +
          (narrows_columns(c.token_tile) ? ", wgmma N per item up to its last token column" : "") +
-         (c.staged_output ? ", GEMM1 output staged for one bulk store per item" : "");
+         (c.staged_output ? ", GEMM1 output staged for one bulk store per item" : "") +
+         (c.stream_codes ? ", weight codes read evict-first from L2" : "");
 }
 
 }  // namespace mxmoe::sm90

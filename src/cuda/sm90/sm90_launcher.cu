@@ -247,6 +247,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g1.num_tiles = num_tiles;
   g1.act_out = act;
   g1.staged_output = cfg.staged_output;
+  g1.stream_codes = cfg.stream_codes;  // GEMM2 (g2 = g1) too
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
   const int blocks = sms * blocks_per_sm(tile);

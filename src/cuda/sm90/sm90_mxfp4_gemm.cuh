@@ -188,6 +188,11 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
   int s = 0;
   uint32_t phase = 0;
   int seq = 0;
+  const uint64_t evict_first = ptx::l2_evict_first_policy();
+  auto load_codes = [&](uint32_t dst, const uint8_t* src, uint32_t bytes) {
+    if (p.stream_codes) ptx::bulk_load(dst, src, bytes, sm.full(s), evict_first);
+    else ptx::bulk_load(dst, src, bytes, sm.full(s));
+  };
   for (int item = blockIdx.x; item < it.count; item += gridDim.x, ++seq) {
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int64_t row0 = int64_t(p.tile_expert[tt]) * p.n_rows + int64_t(rt) * kTileRows;
@@ -220,13 +225,13 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
         const uint8_t* src = layout_tile + int64_t(c) * kCodeStageBytes + first_group * group_bytes;
         ptx::mbar_arrive_expect_tx(sm.full(s), code_chunk_bytes(width) + act_bytes);
         if (first_group == 0 && rows == kTileRows) {
-          ptx::bulk_load(dst, src, code_chunk_bytes(width), sm.full(s));
+          load_codes(dst, src, code_chunk_bytes(width));
         } else {
           // Four groups, then the next four: groups 0-3 of the next layout
           // tile, or for a 64-row tile the same four again.
           const uint8_t* second = rows < kTileRows ? src : src - 4 * group_bytes + kTileRows * code_row;
-          ptx::bulk_load(dst, src, 4 * group_bytes, sm.full(s));
-          ptx::bulk_load(dst + 4 * group_bytes, second, 4 * group_bytes, sm.full(s));
+          load_codes(dst, src, 4 * group_bytes);
+          load_codes(dst + 4 * group_bytes, second, 4 * group_bytes);
         }
         ptx::bulk_load(sm.base + sm.l.act + s * stage_bytes(BN), act + int64_t(c) * stage_bytes(BN), act_bytes,
                        sm.full(s));

@@ -22,6 +22,7 @@ struct GemmParams {
   int k;              // padded K, multiple of 64 (a stage per 128, the last one 64 wide when K % 128 == 64)
   bool large_scales;  // some scale byte >= 128: the two-multiply dequantisation
   int stages;         // shared-memory ring depth (pipeline_stages)
+  bool stream_codes;  // codes read under an L2 evict-first policy (streams_codes in heuristics.h)
   // Activations in, packed per sm90_layout.h ([token tile][chunk][stage]).
   const uint8_t* act_in;
   // Schedule of the grouping kernel (token tiles of the kernel's token tile).
