@@ -167,7 +167,10 @@ inline bool stages_output(int stages_unstaged, int stages_staged) {
 // T = 1024 638.3, 641.1 / 605.2, 605.7; 144 (m = 128) 20b T = 1024 362.4,
 // 363.8 / 362.3, 362.6, 120b T = 4096 1591.0, 1591.9 / 1578.7, 1613.6; 192
 // (m = 512, about three tiles an expert) 20b T = 4096 1419.5, 1419.6 /
-// 1434.1, 1438.3.
+// 1434.1, 1438.3. With this rule, next call: 16-token tiles (m = 8) 20b T =
+// 64 137.1, 137.8 / 133.2, 133.4, 120b T = 256 468.5, 460.2 / 460.0, 459.7;
+// 120b T = 1024 699.9, 623.1 / 604.3, 671.5 (that point is bimodal: 629.0
+// and 679.4 with evict-first in a third call).
 inline bool streams_codes(int64_t tokens, int64_t topk, int64_t experts, int token_tile) {
   return mean_rows_per_expert(tokens, topk, experts) <= token_tile;
 }
