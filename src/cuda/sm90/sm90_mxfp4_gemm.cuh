@@ -188,6 +188,8 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
   int s = 0;
   uint32_t phase = 0;
   int seq = 0;
+  // Codes read once a forward (stream_codes) are the first lines L2 drops, so
+  // the activations every row tile reads again stay there.
   const uint64_t evict_first = ptx::l2_evict_first_policy();
   auto load_codes = [&](uint32_t dst, const uint8_t* src, uint32_t bytes) {
     if (p.stream_codes) ptx::bulk_load(dst, src, bytes, sm.full(s), evict_first);
