@@ -346,6 +346,9 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
   int s = 0;
   uint32_t phase = 0;
   int seq = 0;
+  // Stage 0's: this thread's code words, the activations' step-0 descriptor.
+  const uint32_t full_codes = ptx::keep(sm.base + sm.l.codes + group * kGroupChunkBytes + lane * 16);
+  const uint64_t act_desc = ptx::keep(b_descriptor(sm.base + sm.l.act, BN, 0));
   auto advance = [&]() {
     if (++s == sm.stages) {
       s = 0;
@@ -364,40 +367,42 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
     // are adjacent bytes. The lane's MX block of chunk c is 4c + t (at
     // 128c + 16g + 4t), of the tail 4c + t / 2 (at 128c + 8g + 4 (t / 2)).
     const uint8_t* scales = sm.item(b) + (group >> 1) * 32 * scale_row + 2 * (group & 1);
+    const uint32_t full_scales = ptx::keep(ptx::smem_addr(scales) + 16 * g + 4 * t);  // chunk c's at + 128c
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     int prev = -1;  // stage of the previous chunk, released once its wgmmas completed
     // The code words and scale bytes of chunk c, loaded once its stage is full
     // (the tail's two words a row in lo.x/y, hi.x/y). `tail` is a
-    // std::bool_constant: the full chunks' loop has no tail branches.
+    // std::bool_constant: the full chunks' loop has no tail branches. A full
+    // chunk's addresses are one step from kept 32-bit shared addresses.
     uint4 lo, hi;
     uint32_t s_lo, s_hi;
     auto load = [&](int c, auto tail) {
       ptx::mbar_wait(sm.full(s), phase);
-      const uint8_t* stage = sm.ptr + sm.l.codes + s * kCodeStageBytes;
-      int scale_at = 128 * c + 16 * g + 4 * t;
       if constexpr (!decltype(tail)::value) {
-        const uint8_t* codes = stage + group * kGroupChunkBytes + lane * 16;
-        lo = *reinterpret_cast<const uint4*>(codes);
-        hi = *reinterpret_cast<const uint4*>(codes + kGroupChunkBytes / 2);
+        const uint32_t codes = full_codes + s * kCodeStageBytes;
+        lo = ptx::lds128(codes);
+        hi = ptx::lds128(codes + kGroupChunkBytes / 2);
+        s_lo = ptx::lds_u8(full_scales + 128 * c);
+        s_hi = ptx::lds_u8(full_scales + 128 * c + 1);
       } else {
         constexpr int kBytes = group_chunk_bytes(kTailChunk);
-        const uint8_t* codes = stage + group * kBytes + lane * 8;
+        const uint8_t* codes = sm.ptr + sm.l.codes + s * kCodeStageBytes + group * kBytes + lane * 8;
         const uint2 l2 = *reinterpret_cast<const uint2*>(codes);
         const uint2 h2 = *reinterpret_cast<const uint2*>(codes + kBytes / 2);
         lo = make_uint4(l2.x, l2.y, 0u, 0u);
         hi = make_uint4(h2.x, h2.y, 0u, 0u);
-        scale_at = 128 * c + 8 * g + 4 * (t / 2);
+        const int scale_at = 128 * c + 8 * g + 4 * (t / 2);
+        s_lo = scales[scale_at];
+        s_hi = scales[scale_at + 1];
       }
-      s_lo = scales[scale_at];
-      s_hi = scales[scale_at + 1];
     };
     // Dequantise and issue the loaded chunk from A set a: 8 k16 steps, or 4
     // for the tail.
     auto compute = [&](uint32_t(&a)[8][4], auto tail, auto cols) {
       constexpr int kSteps = decltype(tail)::value ? 4 : 8;
       dequantise_chunk<kTwoStep, kSteps / 2>(lo, hi, s_lo, s_hi, a);
-      const uint64_t desc0 = b_descriptor(sm.base + sm.l.act + s * stage_bytes(BN), BN, 0);
+      const uint64_t desc0 = act_desc + uint32_t(s) * uint32_t(stage_bytes(BN) >> 4);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
@@ -444,12 +449,18 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
         ptx::mbar_arrive(sm.empty(done));
       };
       auto chunks = [&](auto cols) {
-        if (it.full_chunks > 0) load(0, kFull);
-        for (int c = 0; c < it.full_chunks; ++c) {
+        if (it.full_chunks > 0) {
+          load(0, kFull);
+          for (int c = 0; c + 1 < it.full_chunks; ++c) {
+            compute(a0, kFull, cols);
+            const int done = s;
+            advance();
+            load(c + 1, kFull);
+            retire(done);
+          }
           compute(a0, kFull, cols);
           const int done = s;
           advance();
-          if (c + 1 < it.full_chunks) load(c + 1, kFull);
           retire(done);
         }
         // The tail after the loop, its load not overlapped with the last full

@@ -50,6 +50,31 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
+// ---- Values ptxas must keep rather than recompute --------------------------------
+// An opaque copy: at the consumers' 80-register launch bound ptxas otherwise
+// recomputes loop-invariant addresses and descriptors inside the chunk loop.
+__device__ __forceinline__ uint32_t keep(uint32_t v) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(v));
+  return v;
+}
+__device__ __forceinline__ uint64_t keep(uint64_t v) {
+  asm volatile("mov.b64 %0, %0;" : "+l"(v));
+  return v;
+}
+
+// ---- Shared-memory loads at a 32-bit shared address ---------------------------------
+// volatile: they stay after the mbarrier wait that makes the bytes visible.
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+
 // ---- 1D bulk copy, global -> shared, completing on an mbarrier ---------------------
 // `bytes` a multiple of 16, both addresses 16-byte aligned. The copy is an
 // async-proxy write; wgmma reads through the async proxy too, and ordinary
