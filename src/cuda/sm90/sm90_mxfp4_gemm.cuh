@@ -367,7 +367,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
     // are adjacent bytes. The lane's MX block of chunk c is 4c + t (at
     // 128c + 16g + 4t), of the tail 4c + t / 2 (at 128c + 8g + 4 (t / 2)).
     const uint8_t* scales = sm.item(b) + (group >> 1) * 32 * scale_row + 2 * (group & 1);
-    const uint32_t full_scales = ptx::keep(ptx::smem_addr(scales) + 16 * g + 4 * t);  // chunk c's at + 128c
+    // This thread's two scale bytes (rows lo, hi) of full chunk c: full_scales + 128c.
+    const uint32_t full_scales = ptx::keep(ptx::smem_addr(scales) + 16 * g + 4 * t);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     int prev = -1;  // stage of the previous chunk, released once its wgmmas completed
