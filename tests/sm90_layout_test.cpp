@@ -200,7 +200,8 @@ TEST(Sm90Layout, SharedMemoryCarveUp) {
         EXPECT_EQ(l.out, l.items + 2 * l.item_stride);
         EXPECT_EQ(l.bars % 8, 0);
         EXPECT_EQ(l.bars, l.out + (staged ? output_half_bytes(bn) : 0));
-        EXPECT_EQ(l.bytes, 1024 + l.bars + (2 * stages + 4) * 8);
+        EXPECT_EQ(l.item_index, l.bars + (2 * stages + 4) * 8);
+        EXPECT_EQ(l.bytes, 1024 + l.item_index + 2 * 4);
         }
 }
 

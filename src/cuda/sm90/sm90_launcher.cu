@@ -34,11 +34,15 @@ constexpr int kCombineThreads = 128;
 // (Lanes that each stored their own four pieces of a row wrote every 32-byte
 // sector in two 16-byte halves from different instructions, and the kernel
 // ran at a third of the DRAM bandwidth.)
+// It also zeroes the GEMMs' two item counters: every earlier kernel,
+// the previous forward's GEMMs included, has completed once it passes its wait.
 __global__ void __launch_bounds__(kPackThreads)
 sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int32_t* __restrict__ sorted_pair,
-                      const int32_t* __restrict__ num_tiles, int bn, int k_padded, uint8_t* __restrict__ out) {
+                      const int32_t* __restrict__ num_tiles, int bn, int k_padded, uint8_t* __restrict__ out,
+                      int32_t* __restrict__ item_counters) {
   smxx::wait_for_previous_kernels();  // the schedule comes from the grouping kernel
   smxx::allow_next_kernel();
+  if (blockIdx.x == 0 && threadIdx.x < 2) item_counters[threadIdx.x] = 0;
   const int chunks = chunk_count(k_padded), lane = threadIdx.x % 32, i = lane % 8;
   const int tasks = *num_tiles * (bn / 8) * chunks, warps = gridDim.x * (kPackThreads / 32);
   for (int task = blockIdx.x * (kPackThreads / 32) + threadIdx.x / 32; task < tasks; task += warps) {
@@ -98,9 +102,10 @@ sm90_combine(const uint16_t* __restrict__ ypair, const float* __restrict__ route
 }
 
 // Workspace carve-up (every piece 256-byte aligned): the schedule, then the
-// packed x, GEMM1's packed output, GEMM2's bf16 rows (one per pair).
+// packed x, GEMM1's packed output, GEMM2's bf16 rows (one per pair), the
+// GEMMs' item counters.
 struct Layout : smxx::ScheduleOffsets {
-  size_t x_packed = 0, act = 0, ypair = 0, total = 0;
+  size_t x_packed = 0, act = 0, ypair = 0, item_counters = 0, total = 0;
 };
 
 Layout make_layout(const DeviceWeights& dw, int64_t T, int tile) {
@@ -112,6 +117,7 @@ Layout make_layout(const DeviceWeights& dw, int64_t T, int tile) {
   l.x_packed = ws.take(size_t(l.rows * w.hidden_padded) * 2);
   l.act = ws.take(size_t(l.rows * w.intermediate_padded) * 2);
   l.ypair = ws.take(size_t(T * k * H) * 2);
+  l.item_counters = ws.take(2 * sizeof(int32_t));
   l.total = ws.off;
   return l;
 }
@@ -220,6 +226,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
                                                      stream, kWho));
 
   uint8_t* x_packed = static_cast<uint8_t*>(at(l.x_packed));
+  int32_t* item_counters = static_cast<int32_t*>(at(l.item_counters));
   {
     constexpr int kTasksPerBlock = kPackThreads / 32;
     const int blocks =
@@ -227,7 +234,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
     MXMOE_RETURN_IF_ERROR(cuda_status(
         smxx::launch_kernel(sm90_pack_activations, dim3(unsigned(blocks)), dim3(kPackThreads), 0, stream, overlap,
                             a.x, int(H), int(k), static_cast<const int32_t*>(sorted_pair),
-                            static_cast<const int32_t*>(num_tiles), tile, int(Hp), x_packed),
+                            static_cast<const int32_t*>(num_tiles), tile, int(Hp), x_packed, item_counters),
         "pack launch"));
   }
 
@@ -245,6 +252,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g1.col_pair = sorted_pair;
   g1.tile_expert = tile_expert;
   g1.num_tiles = num_tiles;
+  g1.item_counter = item_counters;
   g1.act_out = act;
   g1.staged_output = cfg.staged_output;
   g1.stream_codes = cfg.stream_codes;  // GEMM2 (g2 = g1) too
@@ -265,6 +273,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g2.large_scales = dw.w2_large_scales;
   g2.stages = cfg.stages_gemm2;
   g2.act_in = act;
+  g2.item_counter = item_counters + 1;
   g2.act_out = nullptr;
   g2.staged_output = false;
   g2.y_out = ypair;

@@ -204,14 +204,16 @@ MXMOE_SM90_HD constexpr int tile_row(int q, int w, int m) { return kGroupRows * 
 // next item's), with `staged_output` GEMM1's output half (at out,
 // output_half_bytes: the epilogue writes an item's outputs there and one bulk
 // copy stores them), then the mbarriers: full[stages], empty[stages],
-// item_full[2], item_empty[2]. An item buffer holds what the item reads once:
+// item_full[2], item_empty[2], then each item buffer's item index (4 bytes
+// each, at item_index: the producer claims items, the consumers read which
+// one it took, -1 when none is left). An item buffer holds what the item reads once:
 // its 128 rows' scales (128 x k/32 bytes, at 0), the epilogue's 4 bytes per
 // token column (at item_cols: its sorted pair, -1 for padding) and the rows'
 // bf16 bias (at item_bias), so that the epilogue reads no global memory.
 // `bytes` is the dynamic shared memory to request, 1024 bytes of alignment
 // slack included.
 struct SmemLayout {
-  int act, codes, items, item_stride, item_cols, item_bias, out, bars, bytes;
+  int act, codes, items, item_stride, item_cols, item_bias, out, bars, item_index, bytes;
 };
 MXMOE_SM90_HD constexpr int item_scale_bytes(int k_padded) { return kTileRows * (k_padded / 32); }
 MXMOE_SM90_HD constexpr SmemLayout smem_layout(int bn, int k_padded, int stages, bool staged_output) {
@@ -224,7 +226,8 @@ MXMOE_SM90_HD constexpr SmemLayout smem_layout(int bn, int k_padded, int stages,
   l.item_stride = (l.item_bias + 2 * kTileRows + 127) / 128 * 128;
   l.out = l.items + 2 * l.item_stride;
   l.bars = l.out + (staged_output ? output_half_bytes(bn) : 0);
-  l.bytes = 1024 + l.bars + (2 * stages + 4) * 8;
+  l.item_index = l.bars + (2 * stages + 4) * 8;
+  l.bytes = 1024 + l.item_index + 2 * 4;
   return l;
 }
 

@@ -11,7 +11,11 @@
 // narrow token tiles: RegisterBudget), persistent over the (token tile,
 // 128-row tile) items in a fixed order (row tiles fastest: the token tile's
 // stages stay in L2 while every row tile reads them; consecutive token tiles
-// of one expert re-read its weights from L2).
+// of one expert re-read its weights from L2). A block takes item blockIdx.x
+// first and then claims the next unclaimed one from a counter, so the items
+// (whose time varies with their token columns) spread over the blocks as they
+// free up instead of a fixed 1 in gridDim.x each; an item's outputs do not
+// depend on the block that computes it.
 //   * warpgroup 0, producer (40 or 24 registers): one warp streams a ring of
 //     `stages` stages with 1D bulk copies completing on mbarriers: per 128-K
 //     chunk the tile's codes (8 KB, its 8 row groups' 1 KB images, contiguous
@@ -156,12 +160,14 @@ struct Smem {
   __device__ uint32_t item_full(int b) const { return base + l.bars + 8 * (2 * stages + b); }
   __device__ uint32_t item_empty(int b) const { return base + l.bars + 8 * (2 * stages + 2 + b); }
   __device__ const uint8_t* item(int b) const { return ptr + l.items + b * l.item_stride; }
+  __device__ volatile int32_t* item_index(int b) const {
+    return reinterpret_cast<volatile int32_t*>(ptr + l.item_index) + b;
+  }
   __device__ uint8_t* out() const { return ptr + l.out; }
 };
 
-// The item sequence both roles walk: item = token tile * row tiles + row
-// tile; each item's K is full_chunks 128-wide chunks, then `tail` 64-wide
-// ones (0 or 1).
+// The items: item = token tile * row tiles + row tile; each item's K is
+// full_chunks 128-wide chunks, then `tail` 64-wide ones (0 or 1).
 struct Items {
   int count, row_tiles, full_chunks, tail;
 };
@@ -170,9 +176,10 @@ struct Items {
 // n_rows % 128 == 64 (the producer then copies its rows twice).
 __device__ __forceinline__ int tile_rows(const GemmParams& p, int rt) { return min(kTileRows, p.n_rows - rt * kTileRows); }
 
-// Producer: one warp; its lane 0 posts each phase's transaction bytes and
-// issues the phase's copies: per item its buffer (scales, the epilogue's
-// column metadata, bias), per chunk the tile's codes, then the activations.
+// Producer: one warp; its lane 0 claims the items, posts each phase's
+// transaction bytes and issues the phase's copies: per item its index and
+// buffer (scales, the epilogue's column metadata, bias), per chunk the tile's
+// codes, then the activations. After the last item it posts index -1.
 // One copy of codes per chunk where the tile is a tile of the layout: with one
 // per row group (nine copies a chunk) the producer was busy issuing most of a
 // chunk at 16-token tiles and held them ~25% longer. The layout's 128-row
@@ -195,13 +202,27 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
     if (p.stream_codes) ptx::bulk_load(dst, src, bytes, sm.full(s), evict_first);
     else ptx::bulk_load(dst, src, bytes, sm.full(s));
   };
-  for (int item = blockIdx.x; item < it.count; item += gridDim.x, ++seq) {
+  // The claim of the item after this one is issued as this one starts (lane
+  // 0), so its atomic's round trip overlaps the item's copies.
+  auto claim = [&]() { return lane == 0 ? int(gridDim.x) + atomicAdd(p.item_counter, 1) : 0; };
+  int item = blockIdx.x;
+  for (;; ++seq) {
+    const int b = seq & 1;
+    ptx::mbar_wait(sm.item_empty(b), ((seq >> 1) & 1) ^ 1);
+    item = __shfl_sync(0xffffffffu, item, 0);
+    if (item >= it.count) {
+      if (lane == 0) {
+        *sm.item_index(b) = -1;
+        ptx::mbar_arrive(sm.item_full(b));  // release: the consumers read -1 after their wait
+      }
+      break;
+    }
+    const int next = claim();
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int64_t row0 = int64_t(p.tile_expert[tt]) * p.n_rows + int64_t(rt) * kTileRows;
     const int rows = tile_rows(p, rt);
-    const int b = seq & 1;
-    ptx::mbar_wait(sm.item_empty(b), ((seq >> 1) & 1) ^ 1);
     if (lane == 0) {
+      *sm.item_index(b) = item;  // before the arrival that releases it with the buffer
       // A 64-row tile's scale and bias rows twice (the consumers' view of it).
       const uint32_t buf = sm.base + sm.l.items + b * sm.l.item_stride;
       const uint32_t scale_bytes = uint32_t(rows * scale_row);
@@ -243,6 +264,7 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
         phase ^= 1;
       }
     }
+    item = next;
   }
 }
 
@@ -355,10 +377,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, const Smem& sm, con
       phase ^= 1;
     }
   };
-  for (int item = blockIdx.x; item < it.count; item += gridDim.x, ++seq) {
-    const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
+  for (;; ++seq) {
     const int b = seq & 1;
     ptx::mbar_wait(sm.item_full(b), (seq >> 1) & 1);
+    const int item = *sm.item_index(b);
+    if (item < 0) break;  // the producer claimed no further item
+    const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int width = narrows_columns(BN)
                           ? item_width<BN>(reinterpret_cast<const int32_t*>(sm.item(b) + sm.l.item_cols), lane)
                           : BN;

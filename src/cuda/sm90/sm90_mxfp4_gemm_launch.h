@@ -28,6 +28,10 @@ struct GemmParams {
   // Schedule of the grouping kernel (token tiles of the kernel's token tile).
   const int32_t* tile_expert;
   const int32_t* num_tiles;
+  // Items past each block's first (item blockIdx.x) are claimed in order:
+  // item gridDim.x + atomicAdd(item_counter, 1). 0 when the kernel starts
+  // (the pack kernel zeroes it in every forward).
+  int32_t* item_counter;
   // Per sorted row, copied with each item (16-byte aligned): the pair index
   // t*k + slot (-1 = padding) of the grouping kernel.
   const int32_t* col_pair;
