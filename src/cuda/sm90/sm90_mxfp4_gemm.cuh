@@ -13,9 +13,10 @@
 // stages stay in L2 while every row tile reads them; consecutive token tiles
 // of one expert re-read its weights from L2). A block takes item blockIdx.x
 // first and then claims the next unclaimed one from a counter, so the items
-// (whose time varies with their token columns) spread over the blocks as they
-// free up instead of a fixed 1 in gridDim.x each; an item's outputs do not
-// depend on the block that computes it.
+// spread over the blocks as they free up instead of every gridDim.x-th one
+// each: an item's time varies with its token columns and, at two blocks per
+// SM, with what the other block runs, and a fixed share stacked those
+// differences (-4 to -5% at 16- and 48-token tiles; docs/PERF.md, s43).
 //   * warpgroup 0, producer (40 or 24 registers): one warp streams a ring of
 //     `stages` stages with 1D bulk copies completing on mbarriers: per 128-K
 //     chunk the tile's codes (8 KB, its 8 row groups' 1 KB images, contiguous
@@ -41,7 +42,8 @@
 // Barriers: full[s] (1 arrival + transaction bytes), empty[s] (every
 // consumer thread), item_full[2] / item_empty[2] likewise, and the consumer
 // warpgroups' named barrier around the staged output. Results are
-// deterministic: no atomics, every sum in a fixed order.
+// deterministic: the counter decides only which block computes an item, and
+// every sum is in a fixed order.
 #pragma once
 
 #include <cuda_bf16.h>
