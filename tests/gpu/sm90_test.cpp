@@ -214,9 +214,9 @@ TEST_F(Sm90Gpu, DecodePath) {
 // Bit for bit the same output from the same input, whichever blocks claim
 // which items: x, another input, then x again on one backend, and the other
 // input on a second backend. Both backends run without the poisoned workspace
-// of the other cases: its 0xFF fill would also reset the GEMMs' item counters
-// (to -1), and every forward must start them afresh itself. A forward that
-// kept the previous forward's counters would claim no items past each block's
+// of the other cases: its 0xFF fill sets the GEMMs' item counters to -1, from
+// which the claims still work, so it would hide a forward that does not start
+// them afresh itself. Such a forward would claim no items past each block's
 // first, and its output would keep rows of the forward before it.
 TEST_F(Sm90Gpu, BitwiseReproducible) {
   const MoeShape s{32, 320, 224, 4};
@@ -225,7 +225,7 @@ TEST_F(Sm90Gpu, BitwiseReproducible) {
     SCOPED_TRACE("tile " + std::to_string(tile));
     const sm90::Overrides o{2, tile};
     // 1000 tokens: 125 rows an expert, so at 16-, 32-, 48- and 96-token tiles
-    // GEMM1 has more items than blocks (1024 on 264 at 16) and claims the rest.
+    // GEMM1 has more items than blocks (about 1000 on 264 at 16) and claims the rest.
     const int64_t T = quick_sweep() ? 129 : 1000;
     const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
     const std::vector<float> other = round_to_bf16(random_floats(size_t(T * s.hidden), 802));
