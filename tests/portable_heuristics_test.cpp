@@ -29,6 +29,13 @@ TEST(PortableHeuristics, PerPairDecodeUpTo24Pairs) {
   EXPECT_FALSE(per_pair_decode(1, 4, 32));   // only with 8-token tiles
 }
 
+TEST(PortableHeuristics, TileWaitsFromTwoTokensOfPerPairTiles) {
+  EXPECT_FALSE(decode_tile_waits(1, true));  // one wave of GEMM1: the counts' reset costs more
+  EXPECT_TRUE(decode_tile_waits(2, true));
+  EXPECT_TRUE(decode_tile_waits(6, true));
+  EXPECT_FALSE(decode_tile_waits(8, false));  // expert-grouped tiles
+}
+
 TEST(PortableHeuristics, DecodeBlockWarpsFollowTheGrid) {
   // gpt-oss at T = 1 on 132 SMs: GEMM1 4 tiles x 180 row blocks, GEMM2 4 x 90.
   EXPECT_EQ(decode_block_warps(4 * 180, 132), 4);
@@ -53,7 +60,8 @@ TEST(PortableHeuristics, DecodeWarpsPerGemm) {
 
 TEST(PortableHeuristics, DescribesTheTiles) {
   EXPECT_EQ(describe_tiles(1, 4, 32), kPerPairDescription);
-  EXPECT_EQ(describe_tiles(6, 4, 32), kPerPairDescription);
+  EXPECT_EQ(describe_tiles(2, 4, 32), std::string(kPerPairDescription) + kTileWaitDescription);
+  EXPECT_EQ(describe_tiles(6, 4, 32), std::string(kPerPairDescription) + kTileWaitDescription);
   EXPECT_EQ(describe_tiles(8, 4, 32), "8-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(16, 4, 32), "8-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(1024, 4, 32), "32-token tiles of expert-grouped rows");

@@ -30,11 +30,15 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
   EXPECT_EQ(decode.token_tile, 0);
   EXPECT_EQ(decode.stages_gemm1, 0);
   EXPECT_TRUE(decode.per_pair);
+  EXPECT_TRUE(decode.tile_waits);
+  EXPECT_EQ(describe(decode), std::string("portable decode kernels (mma.sync GEMV), ") +
+                                  portable::kPerPairDescription + portable::kTileWaitDescription);
   EXPECT_FALSE(choose_config(24, 1, 2, 2944, 2944).per_pair);  // 12 rows per expert: 32-token tiles
   EXPECT_EQ(describe(choose_config(24, 1, 2, 2944, 2944)),
             "portable decode kernels (mma.sync GEMV) on expert-grouped tiles");
   const Config single = choose_config(1, 4, 32, 2944, 2944);
   EXPECT_TRUE(single.per_pair);
+  EXPECT_FALSE(single.tile_waits);
   EXPECT_EQ(describe(single),
             std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription);
   EXPECT_FALSE(choose_config(1, 4, 32, 2944, 2944, {2, 0}).per_pair);  // wgmma forced

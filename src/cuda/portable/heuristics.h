@@ -78,6 +78,25 @@ inline std::string describe_decode_warps(const DecodeWarps& w, int sms) {
          std::to_string(sms) + " SMs";
 }
 
+// Whether GEMM2's blocks wait for their own token tile's GEMM1 blocks (a
+// count per tile) instead of for all of GEMM1, so that the tiles GEMM1 has
+// finished run during its last blocks. The counts are zeroed by a memset
+// before GEMM1, which costs more than the wait saves at one token, whose four
+// tiles GEMM1 runs in one wave; on expert-grouped tiles (after the grouping
+// kernel) the waits lost too. Measured on the H200 (sm90 backend, 2026-11-30,
+// us, three runs each, the whole-GEMM1 wait / tile waits, one build): gpt-oss-20b
+// T = 1 22.4-22.5 / 22.9-23.0, T = 2 37.0-37.2 / 36.5-36.8, T = 4 59.5-59.7 /
+// 57.2-57.4, T = 8 (grouped) 88.6-88.7 / 90.0-90.3, T = 16 112.4 / 113.3-113.6;
+// gpt-oss-120b T = 1 22.4-22.5 / 23.0-23.1, T = 2 37.2-37.5 / 37.0, T = 4
+// 64.0-64.1 / 62.5-62.6, T = 16 183.8-184.2 / 189.9-190.3. With this rule,
+// against the row-block-major grid without counts: 20b T = 2 37.6-37.7 ->
+// 36.7-36.8, T = 3 52.4-52.6 -> 48.4-48.6, T = 4 60.3-60.6 -> 57.2-57.7, T = 6
+// 77.8-78.0 -> 74.1-74.8; 120b T = 2 37.7-38.0 -> 37.0-37.2, T = 4 65.4-65.7
+// -> 62.7-62.9, T = 6 90.0-90.4 -> 86.8-87.0; T = 1 unchanged.
+inline bool decode_tile_waits(int64_t tokens, bool per_pair) { return per_pair && tokens >= 2; }
+
+inline constexpr const char* kTileWaitDescription = ", GEMM2 on each tile once GEMM1 has finished it";
+
 // A per-pair forward's GEMM2 stores each pair's row at the pair's index and
 // the combine kernel sums each token's k rows. GEMM2's blocks did that sum
 // themselves at first (the block that completed a (token, 32-row block)
@@ -93,7 +112,8 @@ inline constexpr const char* kPerPairDescription =
 // e.g. "32-token tiles of expert-grouped rows".
 inline std::string describe_tiles(int64_t tokens, int64_t topk, int64_t experts) {
   const int tile = token_tile(tokens, topk, experts);
-  if (per_pair_decode(tokens, topk, tile)) return kPerPairDescription;
+  if (per_pair_decode(tokens, topk, tile))
+    return std::string(kPerPairDescription) + (decode_tile_waits(tokens, true) ? kTileWaitDescription : "");
   return std::to_string(tile) + "-token tiles of expert-grouped rows";
 }
 

@@ -16,9 +16,9 @@ namespace mxmoe::portable {
 namespace {
 
 // Workspace carve-up (every piece 256-byte aligned): the schedule, then
-// GEMM1's activations and GEMM2's rows.
+// GEMM1's activations, GEMM2's rows and, per-pair, a GEMM1 count per tile.
 struct Layout : smxx::ScheduleOffsets {
-  size_t act = 0, ypair = 0, total = 0;
+  size_t act = 0, ypair = 0, tile_done = 0, total = 0;
   int tile = 8;
   bool per_pair = false;
 };
@@ -37,6 +37,7 @@ Layout make_layout(const DeviceWeights& w, int64_t T) {
   l.act = ws.take(size_t(l.rows * Ip) * 2);
   l.ypair = ws.take(size_t(l.rows * H) * 4);
   l.per_pair = per_pair_decode(T, k, l.tile);
+  l.tile_done = ws.take(l.per_pair ? size_t(T * k) * 4 : 0);
   l.total = ws.off;
   return l;
 }
@@ -165,6 +166,12 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
     int sms = 0;
     MXMOE_RETURN_IF_ERROR(smxx::sm_count(kWho, &sms));
     warps = decode_warps(T, k, E, g1.n_rows, Hp, sms);
+    if (decode_tile_waits(T, l.per_pair)) {  // GEMM1 counts each tile's finished row blocks from 0
+      g1.tile_done = static_cast<int32_t*>(at(l.tile_done));
+      g1.gemm1_row_blocks = int(2 * Ip / 32);
+      MXMOE_RETURN_IF_ERROR(
+          cuda_status(cudaMemsetAsync(g1.tile_done, 0, size_t(tiles) * 4, stream), "tile count reset"));
+    }
   }
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, warps.gemm1, true, tiles, overlap, stream), "GEMM1 launch"));

@@ -11,7 +11,9 @@ template <int NT, bool kSwiglu, int kDecodeWarps = 8>
 cudaError_t launch(const GemmParams& p, int64_t max_tiles, bool overlap, cudaStream_t stream) {
   using Cfg = GemmConfig<NT, kDecodeWarps>;
   constexpr int rows = Cfg::kRowsPerBlock;
-  const dim3 grid(unsigned(max_tiles), unsigned((p.n_rows + rows - 1) / rows));
+  const unsigned row_blocks = unsigned((p.n_rows + rows - 1) / rows);
+  // Decode: a tile's row blocks along x, run one after the other (the kernel).
+  const dim3 grid = Cfg::kSplitK ? dim3(row_blocks, unsigned(max_tiles)) : dim3(unsigned(max_tiles), row_blocks);
   return smxx::launch_kernel(sm80_mxfp4_moe_gemm<NT, kSwiglu, kDecodeWarps>, grid, dim3(Cfg::kWarps * 32), 0,
                              stream, overlap, p);
 }

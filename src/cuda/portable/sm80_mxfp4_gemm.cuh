@@ -77,6 +77,13 @@ struct GemmParams {
   // Pair q's rows are row q of act_out / act_in (GEMM2) / y_out. The schedule
   // above is not read.
   const int32_t* pair_ids;
+  // Decode (8-token tiles; decode_tile_waits): non-null, a count per token
+  // tile of GEMM1's finished row blocks, zero when GEMM1 starts. GEMM1 adds
+  // each finished block; GEMM2 waits for its tile's count to reach
+  // gemm1_row_blocks instead of for the whole of GEMM1, so the tiles GEMM1
+  // has finished run during its last blocks.
+  int32_t* tile_done;
+  int gemm1_row_blocks;
   // GEMM1 epilogue: SwiGLU -> act_out bf16 [rows, act_out_stride]; the
   // output of row pair q is column q, or with act_out_chunk_order (w13 in
   // W13Layout::kInterleavedChunkOrder) column chunk_order_pair_column(I, q).
@@ -280,6 +287,28 @@ __device__ __forceinline__ uint32_t row_group(int e, int n_rows, int row) {
   return (uint32_t(e) * uint32_t(n_rows) + uint32_t(row)) >> 4;
 }
 
+// One more finished block of a tile: after every thread's stores (the
+// barrier), one GPU-scope release add, so a reader that acquires the count
+// sees the stores.
+__device__ __forceinline__ void count_block_done(int32_t* count) {
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(count) : "memory");
+}
+
+// Waits until `*count` reaches `target` (acquire: GEMM1's stores counted in it
+// are visible to the whole block after the barrier). GEMM2 is scheduled only
+// once every GEMM1 block has started (allow_next_kernel), so the blocks it
+// waits for are running or done.
+__device__ __forceinline__ void wait_for_count(const int32_t* count, int target) {
+  if (threadIdx.x == 0) {
+    int v;
+    do {
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
+    } while (v < target);
+  }
+  __syncthreads();
+}
+
 // Index of the n-th set bit of `mask` (n from 0 to 7), or -1; no branches.
 __device__ __forceinline__ int nth_set_bit(uint32_t mask, int n) {
 #pragma unroll
@@ -327,13 +356,19 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   // the reduction reads are free of bank conflicts.
   __shared__ float red[Cfg::kSplitK ? kW : 1][kSubtiles * NT * 4][32];
 
-  const int ti = blockIdx.x;
+  // Decode grids run a tile's row blocks one after the other (x), the tiles
+  // in order (y), so the first tiles' GEMM1 outputs are complete while GEMM1
+  // still runs the last ones; prefill grids run each row block over the tiles.
+  const int ti = Cfg::kSplitK ? blockIdx.y : blockIdx.x;
+  const int row_block = Cfg::kSplitK ? blockIdx.x : blockIdx.y;
+  const int grid_tiles = Cfg::kSplitK ? gridDim.y : gridDim.x;
   // GEMM1 reads what the kernel just before it wrote (the tile schedule or
   // the router's ids): it waits first. GEMM2 needs GEMM1's output only for
   // its activations; its schedule, ids, weights and bias are from two or more
   // launches back, complete before this grid could start (allow_next_kernel
   // follows the wait in every kernel), so it requests them and its first
-  // chunk of codes during GEMM1's tail and waits just before the main loop.
+  // chunk of codes during GEMM1's tail and waits just before the main loop:
+  // for the whole of GEMM1, or with tile counts for its own tile's blocks.
   if constexpr (kSwiglu) {
     smxx::wait_for_previous_kernels();
     smxx::allow_next_kernel();
@@ -341,7 +376,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   const bool per_pair = NT == 1 && p.pair_ids != nullptr;
   // Three independent loads in flight at once (the schedule arrays hold
   // gridDim.x entries); entries past the tile count are not used.
-  const int n_tiles = per_pair ? int(gridDim.x) : *p.num_tiles;
+  const int n_tiles = per_pair ? grid_tiles : *p.num_tiles;
   const detail::PairTile pt = per_pair ? detail::pair_tile(p.pair_ids, n_tiles, ti) : detail::PairTile{};
   const int e = per_pair ? pt.expert : p.tile_expert[ti];
   const int row0 = per_pair ? ti : p.tile_row[ti];
@@ -350,7 +385,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   // Row of the activations and outputs of token column `col`, pair `pair`.
   auto row_at = [&](int col, int pair) { return per_pair ? pair : row0 + col; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int nb = blockIdx.y * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 16 * kSubtiles * warp);
+  const int nb = row_block * Cfg::kRowsPerBlock + (Cfg::kSplitK ? 0 : 16 * kSubtiles * warp);
   if (!Cfg::kSplitK && nb >= p.n_rows) return;  // N = Hp is a multiple of 64, not of 128
 
   // Row (m, r) of this lane is nb + 16m + 2g + r. Codes are in fragment order
@@ -450,7 +485,11 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
       for (int c = 0; c < 4; ++c) acc[m][j][c] = 0.f;
 
   if constexpr (!kSwiglu) {
-    smxx::wait_for_previous_kernels();  // the activations are GEMM1's
+    if (Cfg::kSplitK && p.tile_done != nullptr) {
+      detail::wait_for_count(p.tile_done + ti, p.gemm1_row_blocks);
+    } else {
+      smxx::wait_for_previous_kernels();  // the activations are GEMM1's
+    }
     smxx::allow_next_kernel();
   }
   auto run_chunk = [&](int c, const uint32_t (&qc)[kSubtiles][2][4], uint32_t sc) {
@@ -540,6 +579,14 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
           detail::store_columns<kSwiglu>(p, row, row_at(8 * j + 2 * t + h, pre.pair[h]), v[h] + pre.b_lo,
                                          v[2 + h] + pre.b_hi,
                                          kSwiglu ? 0.f : p.route_w[pre.pair[h]]);
+    }
+    if (p.tile_done != nullptr) {
+      if constexpr (kSwiglu) {
+        detail::count_block_done(p.tile_done + ti);
+      } else {
+        // The kernels after this one find GEMM1 complete, as without the counts.
+        smxx::wait_for_previous_kernels();
+      }
     }
   } else {
 #pragma unroll

@@ -52,6 +52,7 @@ struct Config {
   int stages_gemm1 = 0;  // pipeline stages of GEMM1 (K = padded H) and GEMM2 (K = padded I)
   int stages_gemm2 = 0;
   bool per_pair = false;  // decode path: per-pair tiles, no grouping (portable::per_pair_decode)
+  bool tile_waits = false;  // decode path: GEMM2 waits per tile (portable::decode_tile_waits)
   // GEMM1 writes each item's outputs into shared memory and stores them with
   // one bulk copy (sm90_layout.h, output_half_bytes): stages_output.
   bool staged_output = false;
@@ -182,12 +183,14 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   const int portable_tile = portable::token_tile(tokens, topk, experts);
   const bool decode = decode_path(tokens * topk, portable_tile);
   c.per_pair = portable::per_pair_decode(tokens, topk, portable_tile);
+  c.tile_waits = portable::decode_tile_waits(tokens, c.per_pair);
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
   if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
   c.path = Path::kWgmma;
   c.per_pair = false;
+  c.tile_waits = false;
   c.token_tile = bn;
   const int s1_staged = pipeline_stages(bn, hidden_padded, true);
   c.staged_output = stages_output(s1, s1_staged);
@@ -200,7 +203,8 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
 // One line, e.g. "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2), 1 block per SM".
 inline std::string describe(const Config& c) {
   if (c.path == Path::kPortableDecode)
-    return c.per_pair ? std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription
+    return c.per_pair ? std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription +
+                            (c.tile_waits ? portable::kTileWaitDescription : "")
                       : "portable decode kernels (mma.sync GEMV) on expert-grouped tiles";
   const int blocks = blocks_per_sm(c.token_tile);
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
