@@ -212,6 +212,37 @@ TEST_F(PortableGpu, RefusesPaddedKPast2To24) {
   EXPECT_NE(st.message().find("at most 16777216"), std::string::npos) << st.message();
 }
 
+// x and y must be 16-byte aligned (whole-row loads and stores); moe_forward
+// and route_topk refuse others before they touch any pointer.
+TEST_F(PortableGpu, RefusesMisalignedXAndY) {
+  portable::DeviceWeights w;
+  w.shape = MoeShape{4, 64, 64, 2};
+  w.hidden_padded = 64;
+  w.intermediate_padded = 64;
+  w.w13_layout = W13Layout::kInterleaved;
+  alignas(256) static char buffer[1024];
+  alignas(256) static char workspace[256];
+  const uint16_t* aligned_x = reinterpret_cast<const uint16_t*>(buffer);
+  float* aligned_y = reinterpret_cast<float*>(buffer + 512);
+  portable::ForwardArgs a;
+  a.tokens = 1;
+  a.x = reinterpret_cast<const uint16_t*>(buffer + 2);
+  a.y = aligned_y;
+  Status st = portable::moe_forward(w, a, workspace, sizeof(workspace), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("x must be 16-byte aligned"), std::string::npos) << st.message();
+  a.x = aligned_x;
+  a.y = reinterpret_cast<float*>(buffer + 512 + 4);
+  st = portable::moe_forward(w, a, workspace, sizeof(workspace), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("y must be 16-byte aligned"), std::string::npos) << st.message();
+  int32_t ids[2];
+  float weights[2];
+  st = portable::route_topk(w, reinterpret_cast<const uint16_t*>(buffer + 8), 1, ids, weights, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("x must be 16-byte aligned"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace mxmoe
 #endif  // MXMOE_WITH_CUDA

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace mxmoe::smxx {
 
@@ -12,5 +13,14 @@ struct ForwardArgs {
   const float* topk_weights = nullptr;   // [T, k]; null together with topk_ids
   float* y = nullptr;                // fp32 [T, H]
 };
+
+// The first of x and y that is not 16-byte aligned, or "" when both are: the
+// router and the decode GEMMs read x rows 16 bytes at a time, and the combine
+// kernels write y rows so (H is a multiple of 32, so every row is aligned).
+inline std::string_view misaligned_arg(const ForwardArgs& a) {
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return "x";
+  if (reinterpret_cast<uintptr_t>(a.y) % 16 != 0) return "y";
+  return "";
+}
 
 }  // namespace mxmoe::smxx

@@ -63,6 +63,8 @@ Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int
   const int64_t E = w.shape.experts, k = w.shape.topk;
   if (tokens <= 0 || !x || !ids || !weights)
     return Status::InvalidArgument("portable: routing needs tokens > 0 and non-null x, ids, weights");
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0)  // the router reads x rows 16 bytes at a time
+    return Status::InvalidArgument("portable: x must be 16-byte aligned");
   if (E > kMaxExperts || k < 1 || k > 8 || k > E)
     return Status::Unsupported(
         fmt::format("portable: router for {} experts, top-{}: at most {} experts, top-8", E, k, kMaxExperts));
@@ -97,6 +99,8 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   if (T * k >= (int64_t(1) << 31) / 2)
     return Status::Unsupported(fmt::format("portable: tokens * topk = {} too large", T * k));
   if (!a.x || !a.y || !workspace) return Status::InvalidArgument("portable: null x, y or workspace");
+  if (const std::string_view m = smxx::misaligned_arg(a); !m.empty())
+    return Status::InvalidArgument(fmt::format("portable: {} must be 16-byte aligned", m));
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
     return Status::InvalidArgument("portable: pass both topk ids and weights, or neither");
   const Layout l = make_layout(w, T);

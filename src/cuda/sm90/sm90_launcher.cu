@@ -142,6 +142,8 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
   if (T * k >= (int64_t(1) << 31) / 2)
     return Status::Unsupported(fmt::format("sm90: tokens * topk = {} too large", T * k));
   if (!a.x || !a.y) return Status::InvalidArgument("sm90: null x or y");
+  if (const std::string_view m = smxx::misaligned_arg(a); !m.empty())
+    return Status::InvalidArgument(fmt::format("sm90: {} must be 16-byte aligned", m));
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
     return Status::InvalidArgument("sm90: pass both topk ids and weights, or neither");
   if (w.swizzle != WeightSwizzle::kMmaRowTiles128 || w.w13_layout != W13Layout::kInterleavedChunkOrder)
