@@ -63,12 +63,13 @@ size_t workspace_bytes(const DeviceWeights& w, int64_t tokens);
 // Step 1 alone: router + top-k + softmax of x (bf16 [tokens, H]) over all
 // w.shape.experts experts into ids and weights [tokens, w.shape.topk]. Needs
 // only w's shape, hidden_padded and router pointers; for callers that route
-// on one device and run the experts elsewhere.
+// on one device and run the experts elsewhere. x is 16-byte aligned.
 Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int32_t* ids,
                   float* weights, cudaStream_t stream);
 
 // Enqueues the whole forward on `stream`. `workspace` must hold
-// workspace_bytes(w, tokens) bytes, 256-byte aligned.
+// workspace_bytes(w, tokens) bytes, 256-byte aligned; args.x and args.y are
+// 16-byte aligned (misaligned_arg).
 Status moe_forward(const DeviceWeights& w, const ForwardArgs& args, void* workspace,
                    size_t workspace_size, cudaStream_t stream);
 
