@@ -14,12 +14,14 @@ struct ForwardArgs {
   float* y = nullptr;                // fp32 [T, H]
 };
 
+inline bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // The first of x and y that is not 16-byte aligned, or "" when both are: the
 // router and the decode GEMMs read x rows 16 bytes at a time, and the combine
 // kernels write y rows so (H is a multiple of 32, so every row is aligned).
 inline std::string_view misaligned_arg(const ForwardArgs& a) {
-  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return "x";
-  if (reinterpret_cast<uintptr_t>(a.y) % 16 != 0) return "y";
+  if (!aligned_16(a.x)) return "x";
+  if (!aligned_16(a.y)) return "y";
   return "";
 }
 

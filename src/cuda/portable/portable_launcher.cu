@@ -63,7 +63,7 @@ Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int
   const int64_t E = w.shape.experts, k = w.shape.topk;
   if (tokens <= 0 || !x || !ids || !weights)
     return Status::InvalidArgument("portable: routing needs tokens > 0 and non-null x, ids, weights");
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0)  // the router reads x rows 16 bytes at a time
+  if (!smxx::aligned_16(x))  // the router reads x rows 16 bytes at a time
     return Status::InvalidArgument("portable: x must be 16-byte aligned");
   if (E > kMaxExperts || k < 1 || k > 8 || k > E)
     return Status::Unsupported(
