@@ -172,7 +172,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
     warps = decode_warps(T, k, E, g1.n_rows, Hp, sms);
     if (decode_tile_waits(T, l.per_pair)) {  // GEMM1 counts each tile's finished row blocks from 0
       g1.tile_done = static_cast<int32_t*>(at(l.tile_done));
-      g1.gemm1_row_blocks = int(2 * Ip / 32);
+      g1.gemm1_row_blocks = int(2 * Ip / GemmConfig<1>::kRowsPerBlock);
       MXMOE_RETURN_IF_ERROR(
           cuda_status(cudaMemsetAsync(g1.tile_done, 0, size_t(tiles) * 4, stream), "tile count reset"));
     }
