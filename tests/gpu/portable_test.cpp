@@ -177,6 +177,7 @@ TEST_F(PortableGpu, CreateBackendDispatch) {
   ASSERT_TRUE(ts.ok()) << ts.message();
   EXPECT_GT(t.median_us, 0.0);
   EXPECT_LE(t.min_us, t.median_us);
+  EXPECT_GT(t.chained_median_us, 0.0);
   EXPECT_GE(t.iterations, 5) << "whole batches of one replay per routing set, at least the forwards asked for";
   EXPECT_EQ(t.iterations % 2, 0);
 }

@@ -114,33 +114,40 @@ class DeviceBackend final : public Backend {
       DEVICE_CUDA(cudaMemcpy(ids.as<int32_t>() + nr * size_t(i), r.ids.data(), nr * 4, cudaMemcpyHostToDevice));
       DEVICE_CUDA(cudaMemcpy(rw.as<float>() + nr * size_t(i), r.weights.data(), nr * 4, cudaMemcpyHostToDevice));
     }
-    // One graph per routing set (precomputed-routing path).
-    std::vector<cudaGraphExec_t> execs;
-    Status st = Status::Ok();
-    for (int i = 0; i < sets && st.ok(); ++i) {
+    auto forward_of_set = [&](int i) {
       ForwardArgs a;
       a.x = x.as<uint16_t>();
       a.tokens = tokens;
       a.topk_ids = ids.as<int32_t>() + nr * size_t(i);
       a.topk_weights = rw.as<float>() + nr * size_t(i);
       a.y = y.as<float>();
-      cudaGraph_t graph = nullptr;
-      st = check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-      if (!st.ok()) break;
-      const Status fst = forward_->forward(a, ws.ptr, wsb, stream_);
-      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-      st = fst.ok() ? check(end, "end capture") : fst;
-      if (st.ok()) {
-        cudaGraphExec_t exec = nullptr;
-        st = check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
-        if (st.ok()) execs.push_back(exec);
-      }
-      if (graph) cudaGraphDestroy(graph);
+      return forward_->forward(a, ws.ptr, wsb, stream_);
+    };
+    // One graph per routing set (precomputed-routing path), and one graph of
+    // every set's forward back to back.
+    std::vector<cudaGraphExec_t> execs;
+    cudaGraphExec_t chained = nullptr;
+    Status st = Status::Ok();
+    for (int i = 0; i < sets && st.ok(); ++i) {
+      cudaGraphExec_t exec = nullptr;
+      st = capture([&] { return forward_of_set(i); }, &exec);
+      if (exec) execs.push_back(exec);
     }
-    std::vector<double> times;
+    if (st.ok())
+      st = capture(
+          [&] {
+            for (int i = 0; i < sets; ++i) MXMOE_RETURN_IF_ERROR(forward_of_set(i));
+            return Status::Ok();
+          },
+          &chained);
     cudaEvent_t e0 = nullptr, e1 = nullptr;
     if (st.ok()) st = check(cudaEventCreate(&e0), "event");
     if (st.ok()) st = check(cudaEventCreate(&e1), "event");
+    auto launch_sets = [&] {
+      for (cudaGraphExec_t exec : execs) MXMOE_RETURN_IF_ERROR(check(cudaGraphLaunch(exec, stream_), "graph launch"));
+      return Status::Ok();
+    };
+    auto launch_chained = [&] { return check(cudaGraphLaunch(chained, stream_), "graph launch"); };
     // Warm-up: at least max(3 sets, 5) replays, then whole rounds of the sets
     // until min_warmup_s has passed (the clock is read only after a
     // synchronisation). Under a sustained load the H200 reaches its 700 W cap
@@ -149,38 +156,63 @@ class DeviceBackend final : public Backend {
     const int first_rounds = std::max(3, (5 + sets - 1) / sets);
     const auto warm_start = std::chrono::steady_clock::now();
     for (int round = 1; st.ok(); ++round) {
-      for (int i = 0; i < sets && st.ok(); ++i)
-        st = check(cudaGraphLaunch(execs[size_t(i)], stream_), "graph launch");
+      st = launch_sets();
       if (round < first_rounds) continue;
       if (st.ok()) st = check(cudaStreamSynchronize(stream_), "warm-up");
       const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - warm_start;
       if (spent.count() >= min_warmup_s) break;
     }
-    // Each sample: one replay of every routing set, back to back between two
-    // events (as a serving loop launches forwards), divided by the set count;
-    // the median over at least 3 such batches.
+    // Each sample: one replay of every routing set between two events, back
+    // to back (as a serving loop launches forwards), divided by the set
+    // count; the median over at least 3 such batches. Then the same with the
+    // sets in one graph, where a forward's first kernel overlaps the last one
+    // of the forward before it (as in an engine's graph of a whole step).
     const int batches = std::max(iters / sets, 3);
-    for (int b = 0; b < batches && st.ok(); ++b) {
-      st = check(cudaEventRecord(e0, stream_), "event record");
-      for (int i = 0; i < sets && st.ok(); ++i)
-        st = check(cudaGraphLaunch(execs[size_t(i)], stream_), "graph launch");
-      if (st.ok()) st = check(cudaEventRecord(e1, stream_), "event record");
-      if (st.ok()) st = check(cudaEventSynchronize(e1), "event sync");
-      float ms = 0;
-      if (st.ok()) st = check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-      times.push_back(double(ms) * 1e3 / sets);
-    }
+    std::vector<double> times, chained_times;
+    for (int b = 0; b < batches && st.ok(); ++b) st = time_between_events(e0, e1, launch_sets, sets, &times);
+    for (int b = 0; b < first_rounds && st.ok(); ++b) st = launch_chained();
+    for (int b = 0; b < batches && st.ok(); ++b) st = time_between_events(e0, e1, launch_chained, sets, &chained_times);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     for (auto ex : execs) cudaGraphExecDestroy(ex);
+    if (chained) cudaGraphExecDestroy(chained);
     MXMOE_RETURN_IF_ERROR(st);
+    std::sort(chained_times.begin(), chained_times.end());
     std::sort(times.begin(), times.end());
-    *out = {times[times.size() / 2], times.front(), int(times.size()) * sets};
+    *out = {times[times.size() / 2], times.front(), int(times.size()) * sets, chained_times[chained_times.size() / 2]};
     return Status::Ok();
   }
 
  private:
   const char* name() const { return backend_name(kind_); }
+
+  // Captures what `enqueue` launches on the stream into an executable graph.
+  template <typename Enqueue>
+  Status capture(Enqueue enqueue, cudaGraphExec_t* exec) {
+    cudaGraph_t graph = nullptr;
+    MXMOE_RETURN_IF_ERROR(check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture"));
+    const Status st = enqueue();
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    Status out = st.ok() ? check(end, "end capture") : st;
+    if (out.ok()) out = check(cudaGraphInstantiate(exec, graph, 0), "graph instantiate");
+    if (graph) cudaGraphDestroy(graph);
+    return out;
+  }
+
+  // Times what `launch` enqueues between two events and appends the time per
+  // forward (µs over `forwards`) to `times`.
+  template <typename Launch>
+  Status time_between_events(cudaEvent_t e0, cudaEvent_t e1, Launch launch, int forwards,
+                             std::vector<double>* times) {
+    DEVICE_CUDA(cudaEventRecord(e0, stream_));
+    MXMOE_RETURN_IF_ERROR(launch());
+    DEVICE_CUDA(cudaEventRecord(e1, stream_));
+    DEVICE_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    DEVICE_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    times->push_back(double(ms) * 1e3 / forwards);
+    return Status::Ok();
+  }
   Status check(cudaError_t err, const char* what) const {
     if (err == cudaSuccess) return Status::Ok();
     return Status::CudaError(fmt::format("{}: {}: {}", name(), what, cudaGetErrorString(err)));
