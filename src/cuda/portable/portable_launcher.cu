@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/smxx_moe_kernels.h"
 #include "cuda/portable/heuristics.h"
 #include "cuda/portable/portable_launcher.h"
@@ -14,6 +15,16 @@
 
 namespace mxmoe::portable {
 namespace {
+
+// Zeroes GEMM1's tile counts (decode_tile_waits) once every earlier kernel has
+// completed, the previous forward's GEMM2 included, which waits on them. A
+// kernel rather than a memset: a memset ends the programmatic overlap, so the
+// forward's first kernel could not start during the previous kernel's tail.
+__global__ void zero_tile_counts(int32_t* __restrict__ counts, int n) {
+  smxx::wait_for_previous_kernels();
+  smxx::allow_next_kernel();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) counts[i] = 0;
+}
 
 // Workspace carve-up (every piece 256-byte aligned): the schedule, then
 // GEMM1's activations, GEMM2's rows and, per-pair, a GEMM1 count per tile.
@@ -173,8 +184,9 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
     if (decode_tile_waits(T, l.per_pair)) {  // GEMM1 counts each tile's finished row blocks from 0
       g1.tile_done = static_cast<int32_t*>(at(l.tile_done));
       g1.gemm1_row_blocks = int(2 * Ip / GemmConfig<1>::kRowsPerBlock);
-      MXMOE_RETURN_IF_ERROR(
-          cuda_status(cudaMemsetAsync(g1.tile_done, 0, size_t(tiles) * 4, stream), "tile count reset"));
+      MXMOE_RETURN_IF_ERROR(cuda_status(smxx::launch_kernel(zero_tile_counts, dim3(1), dim3(64), 0, stream, overlap,
+                                                           g1.tile_done, int(tiles)),
+                                        "tile count reset"));
     }
   }
   MXMOE_RETURN_IF_ERROR(
