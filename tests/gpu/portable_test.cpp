@@ -15,6 +15,7 @@
 #include "cuda/portable/portable_backend.h"
 #endif
 #include "mxmoe/backend.h"
+#include "support/back_to_back.h"
 #include "support/test_support.h"
 
 #ifndef MXMOE_WITH_CUDA
@@ -163,6 +164,20 @@ TEST_F(PortableGpu, BitwiseReproducible) {
     ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y2.data()).ok());
     EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << "T=" << T;
   }
+}
+
+// Two forwards back to back on one workspace (expect_back_to_back_forwards):
+// per-pair decode tiles at 1 token and with the per-tile waits (3), expert-
+// grouped decode tiles (16), and prefill tiles (200).
+TEST_F(PortableGpu, ForwardsBackToBackOnOneWorkspace) {
+  const MoeShape s{32, 320, 224, 4};
+  const MoeWeights w = make_random_weights(s, 960);
+  PreparedWeights prep;
+  ASSERT_TRUE(prepare_weights(make_plan(BackendKind::kPortable, s), w.view(), &prep).ok());
+  std::unique_ptr<smxx::DeviceForward> fwd;
+  ASSERT_TRUE(portable::make_forward(prep, kPoison, &fwd).ok());
+  for (int64_t T : {int64_t(1), int64_t(3), int64_t(16), int64_t(200)})
+    testing::expect_back_to_back_forwards(*fwd, w, T, 961);
 }
 
 TEST_F(PortableGpu, CreateBackendDispatch) {

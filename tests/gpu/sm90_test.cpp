@@ -27,8 +27,7 @@
 #include "cuda/sm90/sm90_backend.h"
 #endif
 #include "mxmoe/backend.h"
-#include "mxmoe/format.h"
-#include "mxmoe/reference.h"
+#include "support/back_to_back.h"
 #include "support/test_support.h"
 
 #ifndef MXMOE_WITH_SM90
@@ -245,13 +244,9 @@ TEST_F(Sm90Gpu, BitwiseReproducible) {
   }
 }
 
-// Two forwards enqueued back to back on one stream and one workspace, each
-// with its own x, routing and y, as an engine's graph of a whole step runs
-// its layers: a forward's first kernels may start while the one before ends
-// (programmatic dependent launch), so none may write what the other still
-// reads. Directly on the stream, then captured in one graph replayed twice;
-// each output against the reference. The decode path at one token, with the
-// per-tile waits (3 tokens) and on expert-grouped tiles, then the wgmma path.
+// Two forwards back to back on one workspace (expect_back_to_back_forwards):
+// the decode path at one token, with the per-tile waits (3 tokens) and on
+// expert-grouped tiles, then the wgmma path.
 TEST_F(Sm90Gpu, ForwardsBackToBackOnOneWorkspace) {
   const MoeShape s{32, 320, 224, 4};
   const MoeWeights w = make_random_weights(s, 950);
@@ -262,67 +257,7 @@ TEST_F(Sm90Gpu, ForwardsBackToBackOnOneWorkspace) {
     SCOPED_TRACE("T " + std::to_string(T) + " path " + std::to_string(o.path) + " seeds 951-954");
     std::unique_ptr<smxx::DeviceForward> fwd;
     ASSERT_TRUE(sm90::make_forward(prep, kPoison, o, &fwd).ok());
-    const size_t nx = size_t(T * s.hidden), nr = size_t(T * s.topk);
-    std::vector<float> x[2], ref[2];
-    Routing r[2];
-    smxx::DeviceBuffer xd[2], yd[2], ids[2], rw[2], ws;
-    smxx::ForwardArgs a[2];
-    for (int f = 0; f < 2; ++f) {
-      x[f] = round_to_bf16(random_floats(nx, 951 + uint64_t(f)));
-      r[f] = make_random_routing(T, s.experts, s.topk, 953 + uint64_t(f));
-      const RoutingView v = r[f].view();
-      ref[f].resize(nx);
-      ASSERT_TRUE(reference_forward(w.view(), x[f].data(), T, &v, ref[f].data()).ok());
-      std::vector<uint16_t> xb(nx);
-      for (size_t i = 0; i < nx; ++i) xb[i] = float_to_bf16(x[f][i]);
-      ASSERT_TRUE(xd[f].reserve(nx * 2).ok() && yd[f].reserve(nx * 4).ok() && ids[f].reserve(nr * 4).ok() &&
-                  rw[f].reserve(nr * 4).ok());
-      ASSERT_EQ(cudaMemcpy(xd[f].ptr, xb.data(), nx * 2, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(ids[f].ptr, r[f].ids.data(), nr * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(rw[f].ptr, r[f].weights.data(), nr * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      a[f] = {xd[f].as<uint16_t>(), T, ids[f].as<int32_t>(), rw[f].as<float>(), yd[f].as<float>()};
-    }
-    const size_t wsb = fwd->workspace_bytes(T);
-    ASSERT_TRUE(ws.reserve(wsb).ok());
-    cudaStream_t stream = nullptr;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    auto enqueue_both = [&] {
-      for (int f = 0; f < 2; ++f) {
-        const Status st = fwd->forward(a[f], ws.ptr, wsb, stream);
-        if (!st.ok()) return st;
-      }
-      return Status::Ok();
-    };
-    auto expect_outputs = [&](const char* how) {
-      SCOPED_TRACE(how);
-      for (int f = 0; f < 2; ++f) {
-        std::vector<float> y(nx);
-        ASSERT_EQ(cudaMemcpy(y.data(), yd[f].ptr, nx * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        EXPECT_LE(testing::rel_l2(y, ref[f]), 1e-2) << "forward " << f;
-        EXPECT_GT(testing::l2_norm(y), 0.0) << "forward " << f;
-        ASSERT_EQ(cudaMemset(yd[f].ptr, 0xFF, nx * 4), cudaSuccess);  // NaN until written again
-      }
-    };
-    ASSERT_EQ(cudaMemset(ws.ptr, 0xFF, wsb), cudaSuccess);
-    for (int f = 0; f < 2; ++f) ASSERT_EQ(cudaMemset(yd[f].ptr, 0xFF, nx * 4), cudaSuccess);
-    ASSERT_TRUE(enqueue_both().ok());
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    expect_outputs("on the stream");
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const Status captured = enqueue_both();
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_TRUE(captured.ok()) << captured.message();
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int replay = 0; replay < 2; ++replay) {
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      expect_outputs(replay == 0 ? "graph, first replay" : "graph, second replay");
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    testing::expect_back_to_back_forwards(*fwd, w, T, 951);
   }
 }
 
