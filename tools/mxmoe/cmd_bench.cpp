@@ -114,8 +114,8 @@ int run(const BenchOptions& o) {
       const double tbps = f.bytes / timing.median_us * 1e-6;
       const double chained = timing.chained_median_us;
       const double pct_chained = chained > 0 ? 100.0 * f.us / chained : 0.0;
-      const std::string chained_cols =
-          chained > 0 ? fmt::format("{:>10.1f} {:>10.1f}%", chained, pct_chained) : fmt::format("{:>10} {:>11}", "-", "-");
+      const std::string chained_cols = chained > 0 ? fmt::format("{:>10.1f} {:>10.1f}%", chained, pct_chained)
+                                                   : fmt::format("{:>10} {:>11}", "-", "-");
       fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>8.1f} {:>8.2f} {}\n", T, timing.median_us, f.us, pct,
                  f.memory_bound ? "memory" : "math", tflops, tbps, chained_cols);
       rows.push_back({{"tokens", T}, {"median_us", timing.median_us}, {"min_us", timing.min_us},

@@ -86,8 +86,9 @@ inline std::string describe_decode_warps(const DecodeWarps& w, int sms) {
 // waits lost too. A one-block kernel zeroes them, not a memset, which ends
 // the programmatic overlap: 20b T = 2-6 and 120b T = 2-6 took 1.8-2.2 us less
 // with all the routing sets' forwards in one graph, 0.2-0.5 us more in a
-// graph each (H200, 2026-11-30, three runs each, one call). Measured on the H200 (sm90 backend, 2026-11-30,
-// us, three runs each, the whole-GEMM1 wait / tile waits, one build): gpt-oss-20b
+// graph each (H200, 2026-11-30, three runs each, one call). Measured on the
+// H200 (sm90 backend, 2026-11-30, us, three runs each, the whole-GEMM1 wait
+// / tile waits, one build, zeroed by a memset then): gpt-oss-20b
 // T = 1 22.4-22.5 / 22.9-23.0, T = 2 37.0-37.2 / 36.5-36.8, T = 4 59.5-59.7 /
 // 57.2-57.4, T = 8 (grouped) 88.6-88.7 / 90.0-90.3, T = 16 112.4 / 113.3-113.6;
 // gpt-oss-120b T = 1 22.4-22.5 / 23.0-23.1, T = 2 37.2-37.5 / 37.0, T = 4
