@@ -254,7 +254,8 @@ TEST_F(Sm90Gpu, ForwardsBackToBackOnOneWorkspace) {
   ASSERT_TRUE(prepare_weights(make_plan(BackendKind::kSm90, s), w.view(), &prep).ok());
   for (const auto& [T, o] : {std::pair{int64_t(1), kHeuristic}, {int64_t(3), kHeuristic}, {int64_t(16), kHeuristic},
                             {int64_t(3), kWgmma16}, {int64_t(200), kHeuristic}}) {
-    SCOPED_TRACE("T " + std::to_string(T) + " path " + std::to_string(o.path) + " seeds 951-954");
+    // T and the seeds are in the helper's own trace.
+    SCOPED_TRACE("path " + std::to_string(o.path) + " tile " + std::to_string(o.token_tile));
     std::unique_ptr<smxx::DeviceForward> fwd;
     ASSERT_TRUE(sm90::make_forward(prep, kPoison, o, &fwd).ok());
     testing::expect_back_to_back_forwards(*fwd, w, T, 951);
