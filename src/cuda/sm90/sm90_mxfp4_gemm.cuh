@@ -196,19 +196,29 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
   const int chunks = it.full_chunks + it.tail;
   int s = 0;
   uint32_t phase = 0;
-  int seq = 0;
   // Codes read once a forward (stream_codes) are the first lines L2 drops, so
-  // the activations every row tile reads again stay there.
-  const uint64_t evict_first = ptx::l2_evict_first_policy();
-  auto load_codes = [&](uint32_t dst, const uint8_t* src, uint32_t bytes) {
-    if (p.stream_codes) ptx::bulk_load(dst, src, bytes, sm.full(s), evict_first);
-    else ptx::bulk_load(dst, src, bytes, sm.full(s));
-  };
+  // the activations every row tile reads again stay there. Otherwise the
+  // normal policy: every code copy is then the same instruction.
+  const uint64_t code_policy = p.stream_codes ? ptx::l2_evict_first_policy() : ptx::l2_evict_normal_policy();
   // The claim of the item after this one is issued as this one starts (lane
   // 0), so its atomic's round trip overlaps the item's copies.
   auto claim = [&]() { return lane == 0 ? int(gridDim.x) + atomicAdd(p.item_counter, 1) : 0; };
+  auto advance = [&]() {
+    if (++s == sm.stages) {
+      s = 0;
+      phase ^= 1;
+    }
+  };
+  // The first item's buffer and the codes of its first `stages` chunks are
+  // requested before the wait for the earlier kernels: they are weights and
+  // the grouping kernel's schedule, complete before this grid could start
+  // (every kernel lets the next one start only after its own wait). Only the
+  // activations (the pack kernel's, or GEMM1's) and the item counter (zeroed
+  // by the pack kernel) wait. So a GEMM1 block's first DRAM round trip runs
+  // during the pack kernel, and a GEMM2 block's during GEMM1's last items.
+  bool waited = false;
   int item = blockIdx.x;
-  for (;; ++seq) {
+  for (int seq = 0;; ++seq) {
     const int b = seq & 1;
     ptx::mbar_wait(sm.item_empty(b), ((seq >> 1) & 1) ^ 1);
     item = __shfl_sync(0xffffffffu, item, 0);
@@ -219,7 +229,7 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
       }
       break;
     }
-    const int next = claim();
+    int next = waited ? claim() : 0;
     const int tt = item / it.row_tiles, rt = item - tt * it.row_tiles;
     const int64_t row0 = int64_t(p.tile_expert[tt]) * p.n_rows + int64_t(rt) * kTileRows;
     const int rows = tile_rows(p, rt);
@@ -239,33 +249,56 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
     const int first_group = int(row0 % kTileRows) / kGroupRows;
     const uint8_t* layout_tile = p.codes + (row0 - row0 % kTileRows) * code_row;
     const uint8_t* act = p.act_in + int64_t(tt) * packed_tile_bytes(BN, p.k);
-    for (int c = 0; c < chunks; ++c) {
+    const bool one_copy = first_group == 0 && rows == kTileRows;
+    // Chunk c (width W: kChunk, or kTailChunk for the last when K % 128 ==
+    // 64) into stage s: its codes, and its activations `with_act`. The
+    // thread that posts the phase's transaction bytes issues its copies too:
+    // the stage's writes then follow its own acquire of "empty". The width is
+    // a constant, so a full chunk's sizes and steps are immediates.
+    auto chunk = [&](int c, auto width, bool with_act) {
+      constexpr int kWidth = decltype(width)::value;
+      constexpr uint32_t kGroupBytes = group_chunk_bytes(kWidth), kActBytes = BN * kWidth * 2;
       ptx::mbar_wait(sm.empty(s), phase ^ 1);
-      // The thread that posts the phase's transaction bytes issues its copies
-      // too: the stage's writes then follow its own acquire of "empty".
       if (lane == 0) {
-        const int width = c < it.full_chunks ? kChunk : kTailChunk;
-        const uint32_t group_bytes = group_chunk_bytes(width), act_bytes = BN * width * 2;
         const uint32_t dst = sm.base + sm.l.codes + s * kCodeStageBytes;
-        const uint8_t* src = layout_tile + int64_t(c) * kCodeStageBytes + first_group * group_bytes;
-        ptx::mbar_arrive_expect_tx(sm.full(s), code_chunk_bytes(width) + act_bytes);
-        if (first_group == 0 && rows == kTileRows) {
-          load_codes(dst, src, code_chunk_bytes(width));
+        const uint8_t* src = layout_tile + int64_t(c) * kCodeStageBytes + first_group * kGroupBytes;
+        ptx::mbar_arrive_expect_tx(sm.full(s), code_chunk_bytes(kWidth) + kActBytes);
+        if (one_copy) {
+          ptx::bulk_load(dst, src, code_chunk_bytes(kWidth), sm.full(s), code_policy);
         } else {
           // Four groups, then the next four: groups 0-3 of the next layout
           // tile, or for a 64-row tile the same four again.
-          const uint8_t* second = rows < kTileRows ? src : src - 4 * group_bytes + kTileRows * code_row;
-          load_codes(dst, src, 4 * group_bytes);
-          load_codes(dst + 4 * group_bytes, second, 4 * group_bytes);
+          const uint8_t* second = rows < kTileRows ? src : src - 4 * kGroupBytes + kTileRows * code_row;
+          ptx::bulk_load(dst, src, 4 * kGroupBytes, sm.full(s), code_policy);
+          ptx::bulk_load(dst + 4 * kGroupBytes, second, 4 * kGroupBytes, sm.full(s), code_policy);
         }
-        ptx::bulk_load(sm.base + sm.l.act + s * stage_bytes(BN), act + int64_t(c) * stage_bytes(BN), act_bytes,
-                       sm.full(s));
+        if (with_act)
+          ptx::bulk_load(sm.base + sm.l.act + s * stage_bytes(BN), act + int64_t(c) * stage_bytes(BN), kActBytes,
+                         sm.full(s));
       }
-      if (++s == sm.stages) {
-        s = 0;
-        phase ^= 1;
+      advance();
+    };
+    constexpr std::integral_constant<int, kChunk> kFull{};
+    constexpr std::integral_constant<int, kTailChunk> kTail{};
+    int c = 0;
+    if (!waited) {
+      // The first item: its first chunks' codes (stages 0 ..), then the wait.
+      const int early = min(chunks, sm.stages);
+      for (; c < early; ++c) {
+        if (c < it.full_chunks) chunk(c, kFull, false);
+        else chunk(c, kTail, false);
       }
+      smxx::wait_for_previous_kernels();
+      smxx::allow_next_kernel();
+      waited = true;
+      if (lane == 0)
+        for (int e = 0; e < early; ++e)
+          ptx::bulk_load(sm.base + sm.l.act + e * stage_bytes(BN), act + int64_t(e) * stage_bytes(BN),
+                         BN * (e < it.full_chunks ? kChunk : kTailChunk) * 2, sm.full(e));
+      next = claim();
     }
+    for (; c < it.full_chunks; ++c) chunk(c, kFull, true);
+    if (c < chunks) chunk(c, kTail, true);
     item = next;
   }
 }
@@ -538,8 +571,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(BN))
     ptx::fence_barrier_init();
   }
   __syncthreads();
-  smxx::wait_for_previous_kernels();  // schedule and packed activations come from earlier kernels
-  smxx::allow_next_kernel();
+  // The schedule (num_tiles) is read before any wait: produce says why.
   const int row_tiles = (p.n_rows + kTileRows - 1) / kTileRows;
   const detail::Items items{*p.num_tiles * row_tiles, row_tiles, p.k / kChunk, (p.k % kChunk) / kTailChunk};
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -548,6 +580,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(BN))
     if (warp == 0) detail::produce<BN>(p, sm, items, lane);
   } else {
     ptx::setmaxnreg_inc<Budget::kConsumer>();
+    // The outputs overwrite what earlier kernels may still read.
+    smxx::wait_for_previous_kernels();
+    smxx::allow_next_kernel();
     if (p.large_scales)
       detail::consume<BN, kSwiglu, true>(p, sm, items, warpgroup - 1, warp, lane);
     else

@@ -99,6 +99,12 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
   return p;
 }
+// The policy of a copy without a hint (evict-normal).
+__device__ __forceinline__ uint64_t l2_evict_normal_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
 
 // ---- 1D bulk copy, shared -> global (a bulk group per committing thread) ---------
 // Orders this thread's earlier ordinary shared-memory writes before later
