@@ -250,6 +250,10 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
     const uint8_t* layout_tile = p.codes + (row0 - row0 % kTileRows) * code_row;
     const uint8_t* act = p.act_in + int64_t(tt) * packed_tile_bytes(BN, p.k);
     const bool one_copy = first_group == 0 && rows == kTileRows;
+    auto load_act = [&](int c, int stage, uint32_t bytes) {
+      ptx::bulk_load(sm.base + sm.l.act + stage * stage_bytes(BN), act + int64_t(c) * stage_bytes(BN), bytes,
+                     sm.full(stage));
+    };
     // Chunk c (width W: kChunk, or kTailChunk for the last when K % 128 ==
     // 64) into stage s: its codes, and its activations `with_act`. The
     // thread that posts the phase's transaction bytes issues its copies too:
@@ -272,9 +276,7 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
           ptx::bulk_load(dst, src, 4 * kGroupBytes, sm.full(s), code_policy);
           ptx::bulk_load(dst + 4 * kGroupBytes, second, 4 * kGroupBytes, sm.full(s), code_policy);
         }
-        if (with_act)
-          ptx::bulk_load(sm.base + sm.l.act + s * stage_bytes(BN), act + int64_t(c) * stage_bytes(BN), kActBytes,
-                         sm.full(s));
+        if (with_act) load_act(c, s, kActBytes);
       }
       advance();
     };
@@ -292,9 +294,7 @@ __device__ __forceinline__ void produce(const GemmParams& p, const Smem& sm, con
       smxx::allow_next_kernel();
       waited = true;
       if (lane == 0)
-        for (int e = 0; e < early; ++e)
-          ptx::bulk_load(sm.base + sm.l.act + e * stage_bytes(BN), act + int64_t(e) * stage_bytes(BN),
-                         BN * (e < it.full_chunks ? kChunk : kTailChunk) * 2, sm.full(e));
+        for (int e = 0; e < early; ++e) load_act(e, e, BN * (e < it.full_chunks ? kChunk : kTailChunk) * 2);
       next = claim();
     }
     for (; c < it.full_chunks; ++c) chunk(c, kFull, true);
