@@ -1,8 +1,10 @@
 // The expert-grouping kernel (shared by the CUDA backends) against a host
 // stable grouping, bit for bit: the tile schedule, every row of sorted_pair
 // (padding rows -1), pair_row, and rows past the schedule left as they were.
-// Pair counts from 1 to 65536 (gpt-oss T = 16384, k = 4), token tiles 8, 64
-// and 128, uniform ids, one hot expert, and most experts empty.
+// Pair counts from 1 to 65536 (gpt-oss T = 16384, k = 4) and past the most
+// ranges, on the one-block kernel and the range kernels, token tiles 8 to 160,
+// uniform ids, one hot expert, and most experts empty.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -95,12 +97,15 @@ void check(int64_t pairs, int E, int tile, Ids mode, uint64_t seed) {
   const Grouping want = host_grouping(ids, E, tile, max_tiles);
   ASSERT_LE(want.num_tiles, max_tiles);
 
+  const int64_t range_ints = smxx::group_range_count_ints(pairs, E);
+  DeviceBuffer<int32_t> range_counts(size_t(std::max<int64_t>(1, range_ints)), 0x7E);
   DeviceBuffer<int32_t> d_ids(ids.size(), 0), sorted(size_t(max_tiles * tile), 0x7E),
       pair_row(ids.size(), 0x7E), tile_expert(size_t(max_tiles), 0x7E), tile_row(size_t(max_tiles), 0x7E),
       num_tiles(1, 0x7E);
   ASSERT_EQ(cudaMemcpy(d_ids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  const Status st = smxx::launch_group_by_expert(d_ids.p, pairs, E, tile, sorted.p, pair_row.p, tile_expert.p,
-                                                 tile_row.p, num_tiles.p, false, nullptr, "test");
+  const Status st =
+      smxx::launch_group_by_expert(d_ids.p, pairs, E, tile, range_ints > 0 ? range_counts.p : nullptr, sorted.p,
+                                   pair_row.p, tile_expert.p, tile_row.p, num_tiles.p, false, nullptr, "test");
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
@@ -129,6 +134,24 @@ TEST_F(GroupingGpu, ManyPairs) {
   check(4 * 1025 + 3, 128, 64, Ids::kUniform, 11);  // the last warp's range is partial
   check(4 * 16384, 32, 128, Ids::kUniform, 12);
   check(4 * 16384, 128, 64, Ids::kUniform, 13);
+}
+
+TEST_F(GroupingGpu, RangesAroundTheOneBlockBound) {
+  ASSERT_EQ(smxx::group_ranges(smxx::kOneBlockGroupPairs), 1);
+  ASSERT_GT(smxx::group_ranges(smxx::kOneBlockGroupPairs + 1), 1);
+  check(smxx::kOneBlockGroupPairs, 128, 48, Ids::kUniform, 30);
+  check(smxx::kOneBlockGroupPairs + 1, 128, 48, Ids::kUniform, 31);  // a last range of one pair
+  check(3 * smxx::kGroupRangePairs * 2 + 17, 32, 160, Ids::kUniform, 32);
+  check(smxx::kOneBlockGroupPairs + 500, 128, 16, Ids::kFew, 33);
+  check(smxx::kOneBlockGroupPairs, 32, 16, Ids::kOneHot, 34);
+}
+
+TEST_F(GroupingGpu, MoreRangesThanTheBound) {
+  // Ranges of 2048 pairs once 1024-pair ranges would pass kMaxGroupRanges.
+  const int64_t pairs = smxx::kMaxGroupRanges * smxx::kGroupRangePairs + 4099;
+  ASSERT_EQ(smxx::group_range_pairs(pairs), 2 * smxx::kGroupRangePairs);
+  check(pairs, 32, 128, Ids::kUniform, 40);
+  check(pairs, 256, 8, Ids::kOneHot, 41);
 }
 
 TEST_F(GroupingGpu, SkewedExperts) {

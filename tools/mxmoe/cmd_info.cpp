@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "cuda/common/grouping_heuristics.h"
 #include "cuda/common/router_heuristics.h"
 #include "cuda/portable/heuristics.h"
 #include "cuda/sm90/heuristics.h"
@@ -76,6 +77,7 @@ int run(const InfoOptions& o) {
   // The fused router (forwards without the caller's routing), on this GPU or on an H200.
   fmt::print("\nfused router on SM90+ ({} SMs{}): {}; below SM90 one block a 16-token block\n", sms,
              devices.empty() ? ", an H200" : "", smxx::describe_router(shape.experts, sms));
+  fmt::print("grouping by expert: {}\n", smxx::describe_grouping());
   return 0;
 }
 

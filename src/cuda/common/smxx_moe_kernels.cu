@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "cuda/common/grouping_heuristics.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/router_heuristics.h"
 
@@ -268,108 +269,226 @@ Status router_has_sm90_code(int dev, const char* who, bool* yes) {
   return Status::Ok();
 }
 
-// One block: per-expert counts, a padded exclusive scan (each expert's rows
-// rounded up to the token tile), the tile schedule, and a stable scatter of the
-// pairs in expert order (token order inside an expert). Each warp owns one
-// contiguous range of pairs and walks it twice, 32 pairs a step (a lane's rank
-// among equal ids of the step is a match_any popcount): first counting its
-// range per expert in a warp-private row of shared memory, then, once those
-// rows are turned into exclusive prefixes over the warps, placing each pair at
-// its expert's first row + the earlier warps' count + its rank so far. Only
-// four block barriers whatever the pair count (one barrier-separated chunk of
-// 1024 pairs at a time cost 172 us at 65536 pairs), and every row's position
-// is deterministic. The scan is one warp's (up to 8 experts a lane,
-// cub::WarpScan across lanes): a single thread walking 128 experts cost 11 us
-// at T = 1 on the 120b shape.
+// The grouping of (token, slot) pairs by expert: per-expert counts, a padded
+// exclusive scan (each expert's rows rounded up to the token tile), the tile
+// schedule, and a stable scatter of the pairs in expert order (pair order
+// inside an expert), so every row's position is deterministic. A block walks
+// one contiguous range of pairs: each warp owns a contiguous span of it and
+// walks it twice, 32 pairs a step (a lane's rank among equal ids of the step
+// is a match_any popcount): first counting its span per expert in a
+// warp-private row of shared memory, then, once those rows are exclusive
+// prefixes over the warps, placing each pair at its expert's first row for
+// the range + the earlier warps' count + its rank so far. Few barriers
+// whatever the pair count (one barrier-separated chunk of 1024 pairs at a
+// time cost 172 us at 65536 pairs). Up to kOneBlockGroupPairs one block takes
+// every pair (smxx_group_by_expert); past it one block a range counts
+// (smxx_count_ranges) and one block a range places (smxx_place_ranges), each
+// placing block summing the earlier ranges' counts.
+
+// Shared-memory tables of a grouping block, E ints each, then a row per warp.
+struct GroupTables {
+  int* totals;      // [E] pairs of expert e (the range's, then all ranges')
+  int* base;        // [E] row of the range's first pair of expert e
+  int* first_tile;  // [E] first tile of expert e
+  int* rows;        // [warps][E] the warp's count, then its running position, per expert
+  __device__ GroupTables(int* smem, int E)
+      : totals(smem), base(smem + E), first_tile(smem + 2 * E), rows(smem + 3 * E) {}
+};
+
+__host__ __device__ constexpr size_t group_smem_bytes(int E, int threads) {
+  return size_t(3 + threads / 32) * size_t(E) * sizeof(int);
+}
+
+// Walks this warp's span of pairs [begin, end): visit(e, peers, pair) on every
+// lane (e = -1 past the end), then the step's pairs of e counted into mine[e].
+template <typename Visit>
+__device__ __forceinline__ void walk_span(const int32_t* __restrict__ ids, int begin, int end, int* mine,
+                                          Visit&& visit) {
+  constexpr int kBatch = 4;  // steps whose id loads are in flight together
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const int span = ((end - begin + warps - 1) / warps + 31) / 32 * 32;
+  const int w0 = min(end, begin + warp * span), w1 = min(end, w0 + span);
+  for (int p0 = w0; p0 < w1; p0 += 32 * kBatch) {
+    int e[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int p = p0 + 32 * b + lane;
+      e[b] = p < w1 ? ids[p] : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const unsigned peers = __match_any_sync(0xffffffffu, e[b]);
+      visit(e[b], peers, p0 + 32 * b + lane);
+      __syncwarp();
+      if (e[b] >= 0 && lane == __ffs(peers) - 1) mine[e[b]] += __popc(peers);
+      __syncwarp();
+    }
+  }
+}
+
+// Counts pairs [begin, end) per expert: each warp's row becomes its exclusive
+// prefix over the earlier warps, totals[e] the range's count. Ends on a barrier.
+__device__ __forceinline__ void count_range(const int32_t* __restrict__ ids, int begin, int end, int E,
+                                            const GroupTables& t) {
+  const int warps = blockDim.x >> 5;
+  for (int i = threadIdx.x; i < warps * E; i += blockDim.x) t.rows[i] = 0;
+  __syncthreads();
+  walk_span(ids, begin, end, t.rows + (threadIdx.x >> 5) * E, [](int, unsigned, int) {});
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int sum = 0;
+    for (int w = 0; w < warps; ++w) {
+      const int c = t.rows[w * E + e];
+      t.rows[w * E + e] = sum;
+      sum += c;
+    }
+    t.totals[e] = sum;
+  }
+  __syncthreads();
+}
+
+// From totals[e] (all pairs): first_tile[e] by one warp's scan (up to 8
+// experts a lane, cub::WarpScan across lanes; a single thread walking 128
+// experts cost 11 us at T = 1 on the 120b shape); block 0 writes the tile
+// count. Returns the tile count; ends on a barrier.
+__device__ __forceinline__ int scan_tiles(const GroupTables& t, int E, int tile, int32_t* __restrict__ num_tiles) {
+  static_assert(kMaxExperts <= 8 * 32, "the scan gives each lane of one warp at most 8 experts");
+  using WarpScan = cub::WarpScan<int>;
+  __shared__ typename WarpScan::TempStorage scan_storage;
+  __shared__ int total_tiles;
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x < 32) {
+    const int per = (E + 31) / 32, e0 = lane * per, e1 = min(E, e0 + per);
+    int tiles = 0;
+    for (int e = e0; e < e1; ++e) tiles += (t.totals[e] + tile - 1) / tile;
+    int before = 0, all = 0;
+    WarpScan(scan_storage).ExclusiveSum(tiles, before, all);
+    for (int e = e0; e < e1; ++e) {
+      t.first_tile[e] = before;
+      before += (t.totals[e] + tile - 1) / tile;
+    }
+    if (lane == 0) {
+      if (blockIdx.x == 0) *num_tiles = all;
+      total_tiles = all;
+    }
+  }
+  __syncthreads();
+  return total_tiles;
+}
+
+// The tile schedule, spread over the grid (block b: tiles b * blockDim.x +
+// thread, then a grid's threads on). Tile i belongs to the last expert whose
+// first tile is <= i (binary search; experts with no tiles share their
+// successor's first tile and are skipped).
+__device__ __forceinline__ void write_tiles(const GroupTables& t, int E, int tile, int tiles,
+                                            int32_t* __restrict__ tile_expert, int32_t* __restrict__ tile_row) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < tiles; i += gridDim.x * blockDim.x) {
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (t.first_tile[mid] <= i) lo = mid; else hi = mid - 1;
+    }
+    tile_expert[i] = lo;
+    tile_row[i] = i * tile;
+  }
+}
+
+// Places pairs [begin, end) at base[e] + the earlier warps' count + the rank.
+__device__ __forceinline__ void place_range(const int32_t* __restrict__ ids, int begin, int end, int E,
+                                            const GroupTables& t, int32_t* __restrict__ sorted_pair,
+                                            int32_t* __restrict__ pair_row) {
+  int* const mine = t.rows + (threadIdx.x >> 5) * E;
+  const unsigned lt_mask = (1u << (threadIdx.x & 31)) - 1u;
+  walk_span(ids, begin, end, mine, [&](int e, unsigned peers, int pair) {
+    if (e < 0) return;
+    const int pos = t.base[e] + mine[e] + __popc(peers & lt_mask);
+    sorted_pair[pos] = pair;
+    pair_row[pair] = pos;
+  });
+}
+
+// Up to kOneBlockGroupPairs: one block groups every pair.
 __global__ void __launch_bounds__(kGroupThreads)
 smxx_group_by_expert(const int32_t* __restrict__ ids, int n_pairs, int E, int tile,
                      int32_t* __restrict__ sorted_pair, int32_t* __restrict__ pair_row,
                      int32_t* __restrict__ tile_expert, int32_t* __restrict__ tile_row,
                      int32_t* __restrict__ num_tiles) {
-  static_assert(kMaxExperts <= 8 * 32, "the scan gives each lane of one warp at most 8 experts");
-  constexpr int kBatch = 4;  // steps whose id loads are in flight together
-  using WarpScan = cub::WarpScan<int>;
-  __shared__ typename WarpScan::TempStorage scan_storage;
   extern __shared__ int ismem[];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
-  int* counts = ismem;                // [E]
-  int* first_tile = ismem + E;        // [E] first tile of expert e; its first row is first_tile[e] * tile
-  int* mine = ismem + (2 + warp) * E;  // [E] this warp's count, then its running position, per expert
-  __shared__ int total_rows, total_tiles;
-  const int span = ((n_pairs + warps - 1) / warps + 31) / 32 * 32;
-  const int begin = min(n_pairs, warp * span), end = min(n_pairs, begin + span);
-  const unsigned lt_mask = (1u << lane) - 1u;
-  // Walks this warp's range; visit(e, peers, pair) for every lane (e = -1 past the end).
-  auto walk = [&](auto&& visit) {
-    for (int p0 = begin; p0 < end; p0 += 32 * kBatch) {
-      int e[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int p = p0 + 32 * b + lane;
-        e[b] = p < end ? ids[p] : -1;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const unsigned peers = __match_any_sync(0xffffffffu, e[b]);
-        visit(e[b], peers, p0 + 32 * b + lane);
-        __syncwarp();
-        if (e[b] >= 0 && lane == __ffs(peers) - 1) mine[e[b]] += __popc(peers);
-        __syncwarp();
-      }
-    }
-  };
+  const GroupTables t(ismem, E);
   wait_for_previous_kernels();
   allow_next_kernel();
-  for (int i = tid; i < warps * E; i += blockDim.x) ismem[2 * E + i] = 0;
-  __syncthreads();
-  walk([](int, unsigned, int) {});
-  __syncthreads();
+  count_range(ids, 0, n_pairs, E, t);
+  const int tiles = scan_tiles(t, E, tile, num_tiles);
+  write_tiles(t, E, tile, tiles, tile_expert, tile_row);
+  for (int r = threadIdx.x; r < tiles * tile; r += blockDim.x) sorted_pair[r] = -1;  // the pairs overwrite theirs
+  for (int e = threadIdx.x; e < E; e += blockDim.x) t.base[e] = t.first_tile[e] * tile;
+  __syncthreads();  // the -1 fill before the pairs' stores
+  place_range(ids, 0, n_pairs, E, t, sorted_pair, pair_row);
+}
+
+// Past kOneBlockGroupPairs, first: block r counts range r (pairs [r *
+// range_pairs, ...)) per expert into range_counts[r][E].
+__global__ void __launch_bounds__(kGroupThreads)
+smxx_count_ranges(const int32_t* __restrict__ ids, int n_pairs, int range_pairs, int E,
+                  int32_t* __restrict__ range_counts) {
+  extern __shared__ int ismem[];
+  const GroupTables t(ismem, E);
+  const int begin = blockIdx.x * range_pairs, end = min(n_pairs, begin + range_pairs);
+  wait_for_previous_kernels();  // the ids may come from the router, the kernel before
+  allow_next_kernel();
+  count_range(ids, begin, end, E, t);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) range_counts[blockIdx.x * E + e] = t.totals[e];
+}
+
+// Then: block r places range r's pairs after the earlier ranges' pairs of
+// each expert; the grid writes the schedule. It counts its own range before
+// waiting for the counting kernel: the ids were complete before that kernel
+// could let this one start (it allows after its own wait).
+__global__ void __launch_bounds__(kGroupThreads)
+smxx_place_ranges(const int32_t* __restrict__ ids, int n_pairs, int range_pairs, int E, int tile,
+                  const int32_t* __restrict__ range_counts, int32_t* __restrict__ sorted_pair,
+                  int32_t* __restrict__ pair_row, int32_t* __restrict__ tile_expert,
+                  int32_t* __restrict__ tile_row, int32_t* __restrict__ num_tiles) {
+  extern __shared__ int ismem[];
+  const GroupTables t(ismem, E);
+  const int begin = blockIdx.x * range_pairs, end = min(n_pairs, begin + range_pairs);
+  const int ranges = gridDim.x, me = blockIdx.x, tid = threadIdx.x;
+  count_range(ids, begin, end, E, t);  // the warps' rows; totals[] is rewritten below
   for (int e = tid; e < E; e += blockDim.x) {
-    int sum = 0;
-    for (int w = 0; w < warps; ++w) {
-      const int c = ismem[(2 + w) * E + e];
-      ismem[(2 + w) * E + e] = sum;
-      sum += c;
-    }
-    counts[e] = sum;
+    t.totals[e] = 0;
+    t.base[e] = 0;
   }
   __syncthreads();
-  if (warp == 0) {
-    const int per = (E + 31) / 32, e0 = lane * per, e1 = min(E, e0 + per);
-    int tiles = 0;
-    for (int e = e0; e < e1; ++e) tiles += (counts[e] + tile - 1) / tile;
-    int before = 0, all = 0;
-    WarpScan(scan_storage).ExclusiveSum(tiles, before, all);
-    for (int e = e0; e < e1; ++e) {
-      first_tile[e] = before;
-      before += (counts[e] + tile - 1) / tile;
+  wait_for_previous_kernels();
+  allow_next_kernel();
+  // All ranges' counts and the earlier ranges', per expert: thread (q, e)
+  // sums ranges q, q + groups, ... so a thread's loads go out together.
+  const int groups = blockDim.x / E;
+  if (tid < groups * E) {
+    const int e = tid % E;
+    int all = 0, before = 0;
+    for (int r = tid / E; r < ranges; r += groups) {
+      const int c = range_counts[r * E + e];
+      all += c;
+      before += r < me ? c : 0;
     }
-    if (lane == 0) {
-      *num_tiles = all;
-      total_tiles = all;
-      total_rows = all * tile;
-    }
+    atomicAdd(&t.totals[e], all);
+    atomicAdd(&t.base[e], before);
   }
   __syncthreads();
-  // Tile i belongs to the last expert whose first tile is <= i (binary search;
-  // experts with no tiles share their successor's first tile and are skipped).
-  for (int i = tid; i < total_tiles; i += blockDim.x) {
-    int lo = 0, hi = E - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (first_tile[mid] <= i) lo = mid; else hi = mid - 1;
-    }
-    tile_expert[i] = lo;
-    tile_row[i] = i * tile;
+  const int tiles = scan_tiles(t, E, tile, num_tiles);
+  write_tiles(t, E, tile, tiles, tile_expert, tile_row);
+  // -1 in each expert's padding rows, the rows no range's pairs take (a warp
+  // an expert: warp w of block b takes expert b * warps + w, then a grid's warps on).
+  const int warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
+  for (int e = me * warps + warp; e < E; e += ranges * warps) {
+    const int used = t.first_tile[e] * tile + t.totals[e];
+    const int rows_end = (t.first_tile[e] + (t.totals[e] + tile - 1) / tile) * tile;
+    for (int r = used + lane; r < rows_end; r += 32) sorted_pair[r] = -1;
   }
-  for (int r = tid; r < total_rows; r += blockDim.x) sorted_pair[r] = -1;  // tile padding
-  __syncthreads();  // the padding fill before the scatter overwrites its rows
-  walk([&](int e, unsigned peers, int pair) {
-    if (e < 0) return;
-    const int pos = first_tile[e] * tile + mine[e] + __popc(peers & lt_mask);
-    sorted_pair[pos] = pair;
-    pair_row[pair] = pos;
-  });
+  for (int e = tid; e < E; e += blockDim.x) t.base[e] += t.first_tile[e] * tile;
+  __syncthreads();
+  place_range(ids, begin, end, E, t, sorted_pair, pair_row);
 }
 
 // y[t] = sum over slots s = 0..k-1, in that order, of the GEMM2 row of (t, s):
@@ -444,16 +563,33 @@ Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_
                      who, "router launch");
 }
 
-Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int tile, int32_t* sorted_pair,
-                              int32_t* pair_row, int32_t* tile_expert, int32_t* tile_row, int32_t* num_tiles,
-                              bool overlap, cudaStream_t stream, const char* who) {
-  // Fewer threads for few pairs: at most one 32-pair step a warp, so the
-  // short walk is not paid for with 32 warps' rows of counts.
-  const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(128, (pairs + 31) / 32 * 32)));
-  const size_t smem = size_t((2 + threads / 32) * E) * sizeof(int);
-  return cuda_status(launch_kernel(smxx_group_by_expert, dim3(1), dim3(unsigned(threads)), smem, stream, overlap, ids,
-                                   int(pairs), int(E), tile, sorted_pair, pair_row, tile_expert, tile_row, num_tiles),
-                     who, "grouping launch");
+Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int tile, int32_t* range_counts,
+                              int32_t* sorted_pair, int32_t* pair_row, int32_t* tile_expert, int32_t* tile_row,
+                              int32_t* num_tiles, bool overlap, cudaStream_t stream, const char* who) {
+  const int64_t ranges = group_ranges(pairs);
+  if (ranges == 1) {
+    // Fewer threads for few pairs: at most one 32-pair step a warp, so the
+    // short walk is not paid for with 32 warps' rows of counts.
+    const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(128, (pairs + 31) / 32 * 32)));
+    return cuda_status(launch_kernel(smxx_group_by_expert, dim3(1), dim3(unsigned(threads)),
+                                     group_smem_bytes(int(E), threads), stream, overlap, ids, int(pairs), int(E), tile,
+                                     sorted_pair, pair_row, tile_expert, tile_row, num_tiles),
+                       who, "grouping launch");
+  }
+  if (range_counts == nullptr)
+    return Status::InvalidArgument(fmt::format("{}: grouping {} pairs needs the per-range counts' workspace", who,
+                                               pairs));
+  const int range_pairs = int(group_range_pairs(pairs));
+  const size_t smem = group_smem_bytes(int(E), kGroupThreads);
+  MXMOE_RETURN_IF_ERROR(cuda_status(launch_kernel(smxx_count_ranges, dim3(unsigned(ranges)), dim3(kGroupThreads),
+                                                  smem, stream, overlap, ids, int(pairs), range_pairs, int(E),
+                                                  range_counts),
+                                    who, "grouping count launch"));
+  return cuda_status(launch_kernel(smxx_place_ranges, dim3(unsigned(ranges)), dim3(kGroupThreads), smem, stream,
+                                   overlap, ids, int(pairs), range_pairs, int(E), tile,
+                                   static_cast<const int32_t*>(range_counts), sorted_pair, pair_row, tile_expert,
+                                   tile_row, num_tiles),
+                     who, "grouping place launch");
 }
 
 Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t T, int64_t k, int64_t H, float* y,

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/common/grouping_heuristics.h"
 #include "cuda/common/token_tiles.h"
 #include "mxmoe/status.h"
 
@@ -39,10 +40,12 @@ Status launch_router_topk(const uint16_t* x, int64_t tokens, int64_t hidden, con
 // multiple of `tile`, sorted_pair[row] = pair index (-1 for padding), pair_row
 // [pair] = its row, tile i = rows [i * tile, (i + 1) * tile) of expert
 // tile_expert[i]; *num_tiles written on the device. Stable: pairs of one expert
-// keep their order, so every row's position is deterministic.
-Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts, int tile, int32_t* sorted_pair,
-                              int32_t* pair_row, int32_t* tile_expert, int32_t* tile_row, int32_t* num_tiles,
-                              bool overlap, cudaStream_t stream, const char* who);
+// keep their order, so every row's position is deterministic. range_counts:
+// group_range_count_ints(pairs, experts) ints of workspace (may be null where
+// that is 0). One launch, or two past kOneBlockGroupPairs.
+Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts, int tile, int32_t* range_counts,
+                              int32_t* sorted_pair, int32_t* pair_row, int32_t* tile_expert, int32_t* tile_row,
+                              int32_t* num_tiles, bool overlap, cudaStream_t stream, const char* who);
 
 // y[t] = sum over slots s = 0..k-1, in that order, of row pair_row[t * k + s]
 // of ypair (fp32 [rows, hidden]), or of row t * k + s where pair_row is null;
@@ -62,9 +65,11 @@ struct WorkspaceCursor {
 
 // Workspace offsets of the routing and the tile schedule every CUDA forward
 // keeps: ids / weights [T*k] (the router's output), num_tiles, tile_expert /
-// tile_row [max_tiles], sorted_pair [rows], pair_row [T*k].
+// tile_row [max_tiles], sorted_pair [rows], pair_row [T*k], and the grouping's
+// per-range counts.
 struct ScheduleOffsets {
-  size_t ids = 0, weights = 0, num_tiles = 0, tile_expert = 0, tile_row = 0, sorted_pair = 0, pair_row = 0;
+  size_t ids = 0, weights = 0, num_tiles = 0, tile_expert = 0, tile_row = 0, sorted_pair = 0, pair_row = 0,
+         range_counts = 0;
   int64_t max_tiles = 0, rows = 0;
 };
 inline ScheduleOffsets take_schedule(WorkspaceCursor& ws, int64_t tokens, int64_t topk, int64_t experts, int tile) {
@@ -78,6 +83,7 @@ inline ScheduleOffsets take_schedule(WorkspaceCursor& ws, int64_t tokens, int64_
   s.tile_row = ws.take(size_t(s.max_tiles) * 4);
   s.sorted_pair = ws.take(size_t(s.rows) * 4);
   s.pair_row = ws.take(size_t(tokens * topk) * 4);
+  s.range_counts = ws.take(size_t(group_range_count_ints(tokens * topk, experts)) * 4);
   return s;
 }
 

@@ -142,8 +142,10 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   int32_t* tile_row = static_cast<int32_t*>(at(l.tile_row));
   int32_t* num_tiles = static_cast<int32_t*>(at(l.num_tiles));
   if (!l.per_pair)
-    MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile, sorted_pair, pair_row, tile_expert,
-                                                       tile_row, num_tiles, overlap, stream, kWho));
+    MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile,
+                                                       static_cast<int32_t*>(at(l.range_counts)), sorted_pair,
+                                                       pair_row, tile_expert, tile_row, num_tiles, overlap, stream,
+                                                       kWho));
 
   uint16_t* act = static_cast<uint16_t*>(at(l.act));
   float* ypair = static_cast<float*>(at(l.ypair));

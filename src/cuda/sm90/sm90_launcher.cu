@@ -223,7 +223,8 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   int32_t* pair_row = static_cast<int32_t*>(at(l.pair_row));
   int32_t* tile_expert = static_cast<int32_t*>(at(l.tile_expert));
   int32_t* num_tiles = static_cast<int32_t*>(at(l.num_tiles));
-  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, tile, sorted_pair, pair_row, tile_expert,
+  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, tile, static_cast<int32_t*>(at(l.range_counts)),
+                                                     sorted_pair, pair_row, tile_expert,
                                                      static_cast<int32_t*>(at(l.tile_row)), num_tiles, overlap,
                                                      stream, kWho));
 
