@@ -27,6 +27,7 @@
 #include "cuda/sm90/sm90_backend.h"
 #endif
 #include "mxmoe/backend.h"
+#include "mxmoe/reference.h"
 #include "support/back_to_back.h"
 #include "support/test_support.h"
 
@@ -168,6 +169,48 @@ TEST_F(Sm90Gpu, TwoBlockTilesOnATwoStageRing) {
   ASSERT_EQ(sm90::pipeline_stages(48, 7936), 2);
   check_case({{8, 7936, 224, 4}, 129, RouteMode::kRandom, 210, kWgmma64});
   check_case({{8, 7936, 224, 4}, 97, RouteMode::kRandom, 211, sm90::Overrides{2, 48}});
+}
+
+TEST_F(Sm90Gpu, RowCountsAroundTileEdges) {
+  // Each token tile against experts whose row counts sit on either side of
+  // its edges: one row, the 8-column steps the two-block tiles narrow their
+  // wgmmas to (8, 9), a tile less one, a tile, one row into a second tile,
+  // two tiles and one. Each token (k = 1) is checked on its own, so one
+  // expert's wrong columns cannot hide in the whole output's error.
+  const MoeShape s{8, 160, 160, 1};
+  for (int tile : sm90::kTokenTiles) {
+    const int counts[8] = {1, 8, 9, tile / 2 + 3, tile - 1, tile, tile + 1, 2 * tile + 1};
+    Routing r;
+    r.topk = 1;
+    for (int e = 0; e < 8; ++e)
+      for (int i = 0; i < counts[e]; ++i) r.ids.push_back(e);
+    // Tokens in an order that interleaves the experts: a fixed shuffle.
+    uint64_t state = 700 + uint64_t(tile);
+    for (size_t i = r.ids.size() - 1; i > 0; --i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      std::swap(r.ids[i], r.ids[size_t((state >> 33) % (i + 1))]);
+    }
+    r.tokens = int64_t(r.ids.size());
+    r.weights.assign(r.ids.size(), 1.f);
+    const uint64_t seed = 710 + uint64_t(tile);
+    SCOPED_TRACE("tile " + std::to_string(tile) + " T " + std::to_string(r.tokens) + " seeds: weights " +
+                 std::to_string(seed) + ", x " + std::to_string(seed + 1) + ", order " + std::to_string(700 + tile));
+    const MoeWeights w = make_random_weights(s, seed);
+    const std::vector<float> x = round_to_bf16(random_floats(size_t(r.tokens * s.hidden), seed + 1));
+    const std::unique_ptr<Backend> be = make_backend(w, sm90::Overrides{2, tile});
+    ASSERT_TRUE(be);
+    const RoutingView v = r.view();
+    std::vector<float> y(x.size()), ref(x.size());
+    ASSERT_TRUE(be->forward_host(x.data(), r.tokens, &v, y.data()).ok());
+    ASSERT_TRUE(reference_forward(w.view(), x.data(), r.tokens, &v, ref.data()).ok());
+    for (int64_t t = 0; t < r.tokens; ++t) {
+      const size_t at = size_t(t * s.hidden);
+      const std::vector<float> yt(y.begin() + at, y.begin() + at + s.hidden);
+      const std::vector<float> rt(ref.begin() + at, ref.begin() + at + s.hidden);
+      ASSERT_GT(testing::l2_norm(rt), 0.0) << "token " << t;
+      ASSERT_LE(testing::rel_l2(yt, rt), 2e-2) << "token " << t << " expert " << r.ids[size_t(t)];
+    }
+  }
 }
 
 TEST_F(Sm90Gpu, AllTokensOnOneExpert) {

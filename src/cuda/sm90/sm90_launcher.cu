@@ -19,6 +19,7 @@ namespace {
 constexpr const char* kWho = "sm90";
 constexpr int kPackThreads = 256;  // 8 warps, one task each at a time
 constexpr int kCombineThreads = 128;
+constexpr int kMaxTopk = 8;  // the most slots check_args accepts: the combine's loads in flight
 
 // Step 3, by warp tasks (grid-stride): task (m, c) writes chunk c of tile rows
 // [8m, 8m + 8), which is one 1024-byte swizzle atom per 64-wide half
@@ -72,27 +73,38 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
   }
 }
 
-// Step 6. Block per token: y[t] = sum over slots j in order of
-// route_w[t, j] * ypair[t * k + j] (GEMM2's bf16 rows, one per pair), in fp32;
-// a thread takes 8 columns (one 16-byte load per slot). No atomics: the sum's
-// order is fixed.
+// Step 6. y[t] = sum over slots j in order of route_w[t, j] * ypair[t * k +
+// j] (GEMM2's bf16 rows, one per pair), in fp32. Block (t, b) takes 8-column
+// groups [b, b + 1) * kCombineThreads of token t, one a thread (one 16-byte
+// load per slot, the k loads issued together): one round trip to L2 per
+// thread, where a block walking a token's H took H / 8 / kCombineThreads in
+// turn. No atomics: the sum's order is fixed.
 __global__ void __launch_bounds__(kCombineThreads)
 sm90_combine(const uint16_t* __restrict__ ypair, const float* __restrict__ route_w, int k, int H,
              float* __restrict__ y) {
   smxx::wait_for_previous_kernels();  // GEMM2's rows
   smxx::allow_next_kernel();
   const int64_t tok = blockIdx.x;
-  for (int c = threadIdx.x; c < H / 8; c += kCombineThreads) {
+  const int c = blockIdx.y * kCombineThreads + threadIdx.x;
+  if (c < H / 8) {
+    uint4 v[kMaxTopk];
+    float wj[kMaxTopk];
+#pragma unroll
+    for (int j = 0; j < kMaxTopk; ++j)
+      if (j < k) {
+        wj[j] = route_w[tok * k + j];
+        v[j] = __ldg(reinterpret_cast<const uint4*>(ypair + (tok * k + j) * H) + c);
+      }
     float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int j = 0; j < k; ++j) {
-      const float wj = route_w[tok * k + j];
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(ypair + (tok * k + j) * H) + c);
-      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < kMaxTopk; ++j) {
+      if (j >= k) break;
+      const uint32_t words[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
-        s[2 * i] = fmaf(wj, f.x, s[2 * i]);
-        s[2 * i + 1] = fmaf(wj, f.y, s[2 * i + 1]);
+        s[2 * i] = fmaf(wj[j], f.x, s[2 * i]);
+        s[2 * i + 1] = fmaf(wj[j], f.y, s[2 * i + 1]);
       }
     }
     float4* const dst = reinterpret_cast<float4*>(y + tok * H) + 2 * c;
@@ -132,7 +144,7 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
   if (T <= 0) return Status::InvalidArgument(fmt::format("sm90: tokens = {} must be positive", T));
   if (E > smxx::kMaxExperts)
     return Status::Unsupported(fmt::format("sm90: {} experts, at most {} supported", E, smxx::kMaxExperts));
-  if (k < 1 || k > 8 || k > E)
+  if (k < 1 || k > kMaxTopk || k > E)
     return Status::Unsupported(fmt::format("sm90: topk = {} outside [1, min(8, experts)]", k));
   if (H % 32 != 0 || Hp % kTailChunk != 0 || Ip % kTailChunk != 0 || Hp < H || Ip < s.intermediate ||
       (E * Hp) % kTileRows != 0)
@@ -285,7 +297,9 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_sm90_mxfp4_gemm(g2, tile, false, grid2, overlap, stream), "GEMM2 launch"));
 
-  return cuda_status(smxx::launch_kernel(sm90_combine, dim3(unsigned(T)), dim3(kCombineThreads), 0, stream, overlap,
+  const unsigned column_blocks = unsigned((H / 8 + kCombineThreads - 1) / kCombineThreads);
+  return cuda_status(smxx::launch_kernel(sm90_combine, dim3(unsigned(T), column_blocks), dim3(kCombineThreads), 0,
+                                         stream, overlap,
                                          static_cast<const uint16_t*>(ypair), rweights, int(k), int(H), a.y),
                      "combine launch");
 }
