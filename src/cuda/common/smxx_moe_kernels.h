@@ -87,4 +87,25 @@ inline ScheduleOffsets take_schedule(WorkspaceCursor& ws, int64_t tokens, int64_
   return s;
 }
 
+// The arrays of ScheduleOffsets in a workspace.
+struct Schedule {
+  int32_t* ids;
+  float* weights;
+  int32_t *num_tiles, *tile_expert, *tile_row, *sorted_pair, *pair_row, *range_counts;
+};
+inline Schedule schedule_in(void* workspace, const ScheduleOffsets& s) {
+  char* const ws = static_cast<char*>(workspace);
+  auto ints = [ws](size_t off) { return reinterpret_cast<int32_t*>(ws + off); };
+  return {ints(s.ids),        reinterpret_cast<float*>(ws + s.weights), ints(s.num_tiles),
+          ints(s.tile_expert), ints(s.tile_row),                         ints(s.sorted_pair),
+          ints(s.pair_row),    ints(s.range_counts)};
+}
+
+// launch_group_by_expert into a workspace's schedule.
+inline Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts, int tile, const Schedule& s,
+                                     bool overlap, cudaStream_t stream, const char* who) {
+  return launch_group_by_expert(ids, pairs, experts, tile, s.range_counts, s.sorted_pair, s.pair_row, s.tile_expert,
+                                s.tile_row, s.num_tiles, overlap, stream, who);
+}
+
 }  // namespace mxmoe::smxx

@@ -126,26 +126,16 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   char* ws = static_cast<char*>(workspace);
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
+  const smxx::Schedule sch = smxx::schedule_in(workspace, l);
   const int32_t* ids = a.topk_ids;
   const float* rweights = a.topk_weights;
   if (!ids) {
-    int32_t* ids_out = static_cast<int32_t*>(at(l.ids));
-    float* w_out = static_cast<float*>(at(l.weights));
-    MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, T, ids_out, w_out, overlap, stream));
-    ids = ids_out;
-    rweights = w_out;
+    MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, T, sch.ids, sch.weights, overlap, stream));
+    ids = sch.ids;
+    rweights = sch.weights;
   }
-
-  int32_t* sorted_pair = static_cast<int32_t*>(at(l.sorted_pair));
-  int32_t* pair_row = static_cast<int32_t*>(at(l.pair_row));
-  int32_t* tile_expert = static_cast<int32_t*>(at(l.tile_expert));
-  int32_t* tile_row = static_cast<int32_t*>(at(l.tile_row));
-  int32_t* num_tiles = static_cast<int32_t*>(at(l.num_tiles));
   if (!l.per_pair)
-    MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile,
-                                                       static_cast<int32_t*>(at(l.range_counts)), sorted_pair,
-                                                       pair_row, tile_expert, tile_row, num_tiles, overlap, stream,
-                                                       kWho));
+    MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile, sch, overlap, stream, kWho));
 
   uint16_t* act = static_cast<uint16_t*>(at(l.act));
   float* ypair = static_cast<float*>(at(l.ypair));
@@ -167,10 +157,10 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.act_in = a.x;
   g1.act_in_stride = H;
   g1.topk = int(k);
-  g1.sorted_pair = sorted_pair;
-  g1.tile_expert = tile_expert;
-  g1.tile_row = tile_row;
-  g1.num_tiles = num_tiles;
+  g1.sorted_pair = sch.sorted_pair;
+  g1.tile_expert = sch.tile_expert;
+  g1.tile_row = sch.tile_row;
+  g1.num_tiles = sch.num_tiles;
   g1.act_out = act;
   g1.act_out_stride = Ip;
   g1.act_out_chunk_order = w.w13_layout == W13Layout::kInterleavedChunkOrder;
@@ -219,7 +209,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
       cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, warps.gemm2, false, tiles, overlap, stream), "GEMM2 launch"));
 
   // Per-pair rows lie at their pair's index (no pair_row).
-  return smxx::launch_combine(ypair, l.per_pair ? nullptr : pair_row, T, k, H, a.y, overlap, stream, kWho);
+  return smxx::launch_combine(ypair, l.per_pair ? nullptr : sch.pair_row, T, k, H, a.y, overlap, stream, kWho);
 }
 
 }  // namespace mxmoe::portable

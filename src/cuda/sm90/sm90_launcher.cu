@@ -218,27 +218,18 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   char* ws = static_cast<char*>(workspace);
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
+  const smxx::Schedule sch = smxx::schedule_in(workspace, l);
   const int32_t* ids = a.topk_ids;
   const float* rweights = a.topk_weights;
   if (!ids) {
     if (!w.router_weight || !w.router_bias)
       return Status::InvalidArgument("sm90: no routing given and the weights have no router");
-    int32_t* ids_out = static_cast<int32_t*>(at(l.ids));
-    float* w_out = static_cast<float*>(at(l.weights));
-    MXMOE_RETURN_IF_ERROR(smxx::launch_router_topk(a.x, T, H, w.router_weight, Hp, w.router_bias, E, k, ids_out,
-                                                   w_out, overlap, stream, kWho));
-    ids = ids_out;
-    rweights = w_out;
+    MXMOE_RETURN_IF_ERROR(smxx::launch_router_topk(a.x, T, H, w.router_weight, Hp, w.router_bias, E, k, sch.ids,
+                                                   sch.weights, overlap, stream, kWho));
+    ids = sch.ids;
+    rweights = sch.weights;
   }
-
-  int32_t* sorted_pair = static_cast<int32_t*>(at(l.sorted_pair));
-  int32_t* pair_row = static_cast<int32_t*>(at(l.pair_row));
-  int32_t* tile_expert = static_cast<int32_t*>(at(l.tile_expert));
-  int32_t* num_tiles = static_cast<int32_t*>(at(l.num_tiles));
-  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, tile, static_cast<int32_t*>(at(l.range_counts)),
-                                                     sorted_pair, pair_row, tile_expert,
-                                                     static_cast<int32_t*>(at(l.tile_row)), num_tiles, overlap,
-                                                     stream, kWho));
+  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, tile, sch, overlap, stream, kWho));
 
   uint8_t* x_packed = static_cast<uint8_t*>(at(l.x_packed));
   int32_t* item_counters = static_cast<int32_t*>(at(l.item_counters));
@@ -248,8 +239,8 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
         int(std::min<int64_t>((pack_tasks + kTasksPerBlock - 1) / kTasksPerBlock, int64_t(sms) * 16));
     MXMOE_RETURN_IF_ERROR(cuda_status(
         smxx::launch_kernel(sm90_pack_activations, dim3(unsigned(blocks)), dim3(kPackThreads), 0, stream, overlap,
-                            a.x, int(H), int(k), static_cast<const int32_t*>(sorted_pair),
-                            static_cast<const int32_t*>(num_tiles), tile, int(Hp), x_packed, item_counters),
+                            a.x, int(H), int(k), static_cast<const int32_t*>(sch.sorted_pair),
+                            static_cast<const int32_t*>(sch.num_tiles), tile, int(Hp), x_packed, item_counters),
         "pack launch"));
   }
 
@@ -264,9 +255,9 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   g1.large_scales = dw.w13_large_scales;
   g1.stages = cfg.stages_gemm1;
   g1.act_in = x_packed;
-  g1.col_pair = sorted_pair;
-  g1.tile_expert = tile_expert;
-  g1.num_tiles = num_tiles;
+  g1.col_pair = sch.sorted_pair;
+  g1.tile_expert = sch.tile_expert;
+  g1.num_tiles = sch.num_tiles;
   g1.item_counter = item_counters;
   g1.act_out = act;
   g1.staged_output = cfg.staged_output;
