@@ -75,10 +75,11 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
 
 // Step 6. y[t] = sum over slots j in order of route_w[t, j] * ypair[t * k +
 // j] (GEMM2's bf16 rows, one per pair), in fp32. Block (t, b) takes 8-column
-// groups [b, b + 1) * kCombineThreads of token t, one a thread (one 16-byte
-// load per slot, the k loads issued together): one round trip to L2 per
-// thread, where a block walking a token's H took H / 8 / kCombineThreads in
-// turn. No atomics: the sum's order is fixed.
+// groups [b, b + 1) * kCombineThreads of token t, one a thread, whose k
+// 16-byte loads are all issued before the sums: one L2 round trip a thread.
+// (A block walking a token's H with one slot's load at a time made up to 3k
+// round trips a thread: 4% of 20b T = 512, docs/PERF.md s54.) No atomics: the
+// sum's order is fixed.
 __global__ void __launch_bounds__(kCombineThreads)
 sm90_combine(const uint16_t* __restrict__ ypair, const float* __restrict__ route_w, int k, int H,
              float* __restrict__ y) {
