@@ -56,10 +56,10 @@ __device__ __forceinline__ void warp_topk(const float* __restrict__ lg, int E, i
     }
     return value;
   };
-  int sel[8];
-  float val[8];
+  int sel[kMaxTopk];
+  float val[kMaxTopk];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kMaxTopk; ++i) {
     if (i < k) {
       int first = untaken ? lane + 32 * (__ffs(untaken) - 1) : kNone;
 #pragma unroll
@@ -93,10 +93,10 @@ __device__ __forceinline__ void warp_topk(const float* __restrict__ lg, int E, i
   if (lane == 0) {
     float den = 0.f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < kMaxTopk; ++i)
       if (i < k) den += expf(val[i] - val[0]);
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < kMaxTopk; ++i)
       if (i < k) {
         ids[i] = sel[i];
         weights[i] = expf(val[i] - val[0]) / den;

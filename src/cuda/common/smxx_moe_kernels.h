@@ -17,6 +17,9 @@ namespace mxmoe::smxx {
 
 // Largest expert count the grouping kernel's shared-memory tables hold.
 inline constexpr int64_t kMaxExperts = 256;
+// Largest top-k the CUDA forwards take: the router keeps a token's picks in
+// registers, and the sm90 combine a token's slot rows in flight.
+inline constexpr int64_t kMaxTopk = 8;
 
 // A failed CUDA call as a Status ("<who>: <what>: <CUDA error>").
 Status cuda_status(cudaError_t err, const char* who, const char* what);

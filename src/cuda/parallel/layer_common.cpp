@@ -28,7 +28,7 @@ Status check_forward_args(const char* mode, const MoeShape& shape, bool has_rout
 
 Status check_portable_limits(const char* mode, const MoeShape& shape) {
   // The router keeps its k picks in an 8-entry register array.
-  if (shape.experts > portable::kMaxExperts || shape.topk > 8)
+  if (shape.experts > portable::kMaxExperts || shape.topk > smxx::kMaxTopk)
     return Status::Unsupported(fmt::format("{}: {} experts, top-{}: the portable pipeline takes at most {} experts, top-8",
                                            mode, shape.experts, shape.topk, portable::kMaxExperts));
   return Status::Ok();

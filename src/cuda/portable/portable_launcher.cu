@@ -76,7 +76,7 @@ Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int
     return Status::InvalidArgument("portable: routing needs tokens > 0 and non-null x, ids, weights");
   if (!smxx::aligned_16(x))  // the router reads x rows 16 bytes at a time
     return Status::InvalidArgument("portable: x must be 16-byte aligned");
-  if (E > kMaxExperts || k < 1 || k > 8 || k > E)
+  if (E > kMaxExperts || k < 1 || k > smxx::kMaxTopk || k > E)
     return Status::Unsupported(
         fmt::format("portable: router for {} experts, top-{}: at most {} experts, top-8", E, k, kMaxExperts));
   bool overlap = false;
@@ -96,7 +96,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   if (T <= 0) return Status::InvalidArgument(fmt::format("portable: tokens = {} must be positive", T));
   if (E > kMaxExperts)
     return Status::Unsupported(fmt::format("portable: {} experts, at most {} supported", E, kMaxExperts));
-  if (k < 1 || k > 8 || k > E)
+  if (k < 1 || k > smxx::kMaxTopk || k > E)
     return Status::Unsupported(fmt::format("portable: topk = {} outside [1, min(8, experts)]", k));
   if (H % 32 != 0 || Hp % 64 != 0 || Ip % 64 != 0 || Hp < H || Ip < s.intermediate)
     return Status::InvalidArgument(fmt::format(

@@ -19,7 +19,6 @@ namespace {
 constexpr const char* kWho = "sm90";
 constexpr int kPackThreads = 256;  // 8 warps, one task each at a time
 constexpr int kCombineThreads = 128;
-constexpr int kMaxTopk = 8;  // the most slots check_args accepts: the combine's loads in flight
 
 // Step 3, by warp tasks (grid-stride): task (m, c) writes chunk c of tile rows
 // [8m, 8m + 8), which is one 1024-byte swizzle atom per 64-wide half
@@ -88,17 +87,17 @@ sm90_combine(const uint16_t* __restrict__ ypair, const float* __restrict__ route
   const int64_t tok = blockIdx.x;
   const int c = blockIdx.y * kCombineThreads + threadIdx.x;
   if (c < H / 8) {
-    uint4 v[kMaxTopk];
-    float wj[kMaxTopk];
+    uint4 v[smxx::kMaxTopk];
+    float wj[smxx::kMaxTopk];
 #pragma unroll
-    for (int j = 0; j < kMaxTopk; ++j)
+    for (int j = 0; j < smxx::kMaxTopk; ++j)
       if (j < k) {
         wj[j] = route_w[tok * k + j];
         v[j] = __ldg(reinterpret_cast<const uint4*>(ypair + (tok * k + j) * H) + c);
       }
     float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int j = 0; j < kMaxTopk; ++j) {
+    for (int j = 0; j < smxx::kMaxTopk; ++j) {
       if (j >= k) break;
       const uint32_t words[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
 #pragma unroll
@@ -145,7 +144,7 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
   if (T <= 0) return Status::InvalidArgument(fmt::format("sm90: tokens = {} must be positive", T));
   if (E > smxx::kMaxExperts)
     return Status::Unsupported(fmt::format("sm90: {} experts, at most {} supported", E, smxx::kMaxExperts));
-  if (k < 1 || k > kMaxTopk || k > E)
+  if (k < 1 || k > smxx::kMaxTopk || k > E)
     return Status::Unsupported(fmt::format("sm90: topk = {} outside [1, min(8, experts)]", k));
   if (H % 32 != 0 || Hp % kTailChunk != 0 || Ip % kTailChunk != 0 || Hp < H || Ip < s.intermediate ||
       (E * Hp) % kTileRows != 0)
