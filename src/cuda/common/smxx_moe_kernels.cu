@@ -494,8 +494,11 @@ smxx_place_ranges(const int32_t* __restrict__ ids, int n_pairs, int range_pairs,
 // y[t] = sum over slots s = 0..k-1, in that order, of the GEMM2 row of (t, s):
 // row pair_row[t k + s], or row t k + s where pair_row is null (per-pair
 // decode stores each pair at its own index). Block (t, b) takes 4-float
-// groups [b, b + 1) * kCombineThreads of token t, one per thread, so each
-// thread's k loads go out together: one round trip to L2 at small T.
+// groups [b, b + 1) * kCombineThreads of token t, one per thread. A thread
+// issues all k row indices together, then all k rows, then sums: two round
+// trips to L2 on grouped rows, one per pair. (A runtime-k loop let ptxas
+// interleave each row's index load with the previous rows' sums: four round
+// trips at k = 4.)
 __global__ void __launch_bounds__(kCombineThreads)
 smxx_combine(const float* __restrict__ ypair, const int32_t* __restrict__ pair_row, int k, int H,
              float* __restrict__ y) {
@@ -504,12 +507,22 @@ smxx_combine(const float* __restrict__ ypair, const int32_t* __restrict__ pair_r
   wait_for_previous_kernels();
   allow_next_kernel();
   if (c >= H / 4) return;
+  int64_t row[kMaxTopk];
+#pragma unroll
+  for (int i = 0; i < kMaxTopk; ++i)
+    if (i < k) {
+      const int64_t pair = int64_t(tok) * k + i;
+      row[i] = pair_row ? pair_row[pair] : pair;
+    }
+  float4 v[kMaxTopk];
+#pragma unroll
+  for (int i = 0; i < kMaxTopk; ++i)
+    if (i < k) v[i] = reinterpret_cast<const float4*>(ypair + row[i] * H)[c];
   float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int i = 0; i < k; ++i) {
-    const int64_t pair = int64_t(tok) * k + i;
-    const int64_t r = pair_row ? pair_row[pair] : pair;
-    const float4 v = reinterpret_cast<const float4*>(ypair + r * H)[c];
-    s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+#pragma unroll
+  for (int i = 0; i < kMaxTopk; ++i) {
+    if (i >= k) break;
+    s.x += v[i].x; s.y += v[i].y; s.z += v[i].z; s.w += v[i].w;
   }
   reinterpret_cast<float4*>(y + int64_t(tok) * H)[c] = s;
 }
