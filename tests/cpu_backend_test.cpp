@@ -31,6 +31,9 @@ TEST(CpuBackend, ForwardIsTheReferenceAndTimingNeedsTokens) {
   EXPECT_LE(t.min_us, t.median_us);
   EXPECT_EQ(t.chained_median_us, 0.0);  // no graphs on the CPU
   EXPECT_EQ(t.iterations, 2);
+  EXPECT_TRUE(t.batch_us.empty());  // no SM clock on the CPU
+  EXPECT_TRUE(t.batch_sm_clock_mhz.empty());
+  EXPECT_EQ(t.median_sm_clock_mhz, 0.0);
   EXPECT_FALSE(be->time_forward(0, 2, 2, seed, 0.0, &t).ok());
   EXPECT_FALSE(be->time_forward(-3, 2, 2, seed, 0.0, &t).ok());
   EXPECT_FALSE(be->time_forward(2, 2, 2, seed, 0.0, nullptr).ok());

@@ -35,7 +35,10 @@ class CpuBackend final : public Backend {
       times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(times.begin(), times.end());
-    *out = {times[times.size() / 2], times.front(), int(times.size())};
+    *out = ForwardTiming{};
+    out->median_us = times[times.size() / 2];
+    out->min_us = times.front();
+    out->iterations = int(times.size());
     return Status::Ok();
   }
 

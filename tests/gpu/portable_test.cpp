@@ -2,6 +2,7 @@
 // Every case runs with poisoned margins around each prepared tensor and a
 // poisoned workspace (see PortableOptions). MXMOE_TEST_QUICK=1 keeps a reduced
 // sweep (for racecheck/synccheck runs).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #ifdef MXMOE_WITH_CUDA
@@ -195,6 +197,22 @@ TEST_F(PortableGpu, CreateBackendDispatch) {
   EXPECT_GT(t.chained_median_us, 0.0);
   EXPECT_GE(t.iterations, 5) << "whole batches of one replay per routing set, at least the forwards asked for";
   EXPECT_EQ(t.iterations % 2, 0);
+  // One time and one SM clock per batch; every clock between a tenth of the
+  // device's boost clock and the boost clock (2% over for the probe's window).
+  ASSERT_EQ(t.batch_us.size(), size_t(t.iterations / 2));
+  ASSERT_EQ(t.batch_sm_clock_mhz.size(), t.batch_us.size());
+  int dev = 0, khz = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev), cudaSuccess);
+  const double boost_mhz = khz / 1e3;
+  for (double mhz : t.batch_sm_clock_mhz) {
+    EXPECT_GT(mhz, 0.1 * boost_mhz);
+    EXPECT_LT(mhz, 1.02 * boost_mhz);
+  }
+  const auto [lo, hi] = std::minmax_element(t.batch_sm_clock_mhz.begin(), t.batch_sm_clock_mhz.end());
+  EXPECT_GE(t.median_sm_clock_mhz, *lo);
+  EXPECT_LE(t.median_sm_clock_mhz, *hi);
+  for (double us : t.batch_us) EXPECT_GE(us, t.min_us);
 }
 
 TEST_F(PortableGpu, RejectsBadRouting) {

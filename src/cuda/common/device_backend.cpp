@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "cuda/common/sm_clock_probe.h"
 #include "mxmoe/format.h"
 
 namespace mxmoe::smxx {
@@ -167,9 +168,16 @@ class DeviceBackend final : public Backend {
     // count; the median over at least 3 such batches. Then the same with the
     // sets in one graph, where a forward's first kernel overlaps the last one
     // of the forward before it (as in an engine's graph of a whole step).
+    // After each batch, outside the events, the SM clock (the power cap may
+    // have lowered it since the last batch).
     const int batches = std::max(iters / sets, 3);
-    std::vector<double> times, chained_times;
-    for (int b = 0; b < batches && st.ok(); ++b) st = time_between_events(e0, e1, launch_sets, sets, &times);
+    std::vector<double> times, chained_times, clocks;
+    DeviceBuffer clock_mhz;
+    if (st.ok()) st = clock_mhz.reserve(sizeof(float));
+    for (int b = 0; b < batches && st.ok(); ++b) {
+      st = time_between_events(e0, e1, launch_sets, sets, &times);
+      if (st.ok()) st = read_sm_clock(clock_mhz.as<float>(), &clocks);
+    }
     for (int b = 0; b < first_rounds && st.ok(); ++b) st = launch_chained();
     for (int b = 0; b < batches && st.ok(); ++b) st = time_between_events(e0, e1, launch_chained, sets, &chained_times);
     if (e0) cudaEventDestroy(e0);
@@ -177,9 +185,18 @@ class DeviceBackend final : public Backend {
     for (auto ex : execs) cudaGraphExecDestroy(ex);
     if (chained) cudaGraphExecDestroy(chained);
     MXMOE_RETURN_IF_ERROR(st);
-    std::sort(chained_times.begin(), chained_times.end());
+    ForwardTiming t;
+    t.batch_us = times;
+    t.batch_sm_clock_mhz = clocks;
+    t.iterations = int(times.size()) * sets;
     std::sort(times.begin(), times.end());
-    *out = {times[times.size() / 2], times.front(), int(times.size()) * sets, chained_times[chained_times.size() / 2]};
+    std::sort(chained_times.begin(), chained_times.end());
+    std::sort(clocks.begin(), clocks.end());
+    t.median_us = times[times.size() / 2];
+    t.min_us = times.front();
+    t.chained_median_us = chained_times[chained_times.size() / 2];
+    t.median_sm_clock_mhz = clocks[clocks.size() / 2];
+    *out = std::move(t);
     return Status::Ok();
   }
 
@@ -211,6 +228,15 @@ class DeviceBackend final : public Backend {
     float ms = 0;
     DEVICE_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     times->push_back(double(ms) * 1e3 / forwards);
+    return Status::Ok();
+  }
+  // Appends the SM clock now (MHz), by the probe kernel; synchronises.
+  Status read_sm_clock(float* mhz_device, std::vector<double>* clocks) {
+    MXMOE_RETURN_IF_ERROR(launch_sm_clock_probe(mhz_device, stream_, name()));
+    float mhz = 0;
+    DEVICE_CUDA(cudaMemcpyAsync(&mhz, mhz_device, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    DEVICE_CUDA(cudaStreamSynchronize(stream_));
+    clocks->push_back(double(mhz));
     return Status::Ok();
   }
   Status check(cudaError_t err, const char* what) const {
