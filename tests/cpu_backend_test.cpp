@@ -34,6 +34,7 @@ TEST(CpuBackend, ForwardIsTheReferenceAndTimingNeedsTokens) {
   EXPECT_TRUE(t.batch_us.empty());  // no SM clock on the CPU
   EXPECT_TRUE(t.batch_sm_clock_mhz.empty());
   EXPECT_EQ(t.median_sm_clock_mhz, 0.0);
+  EXPECT_TRUE(t.chained_batch_sm_clock_mhz.empty());
   EXPECT_FALSE(be->time_forward(0, 2, 2, seed, 0.0, &t).ok());
   EXPECT_FALSE(be->time_forward(-3, 2, 2, seed, 0.0, &t).ok());
   EXPECT_FALSE(be->time_forward(2, 2, 2, seed, 0.0, nullptr).ok());

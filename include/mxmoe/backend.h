@@ -34,11 +34,12 @@ struct ForwardTiming {
   // in one graph, so that a forward's first kernel may start as the one
   // before it ends (as in an engine's graph of a whole step); 0 on the CPU.
   double chained_median_us = 0;
-  // GPU backends: the SM clock after each timed batch (one replay of every
-  // routing set), in the order timed, and each batch's time per forward; the
-  // median over the batches. Empty and 0 on the CPU.
-  std::vector<double> batch_us, batch_sm_clock_mhz;
-  double median_sm_clock_mhz = 0;
+  // GPU backends: each timed batch's time per forward (a batch: one replay of
+  // every routing set) and the SM clock read after it, in the order timed,
+  // and the clock's median over the batches; the same for the one-graph
+  // batches. Empty and 0 on the CPU.
+  std::vector<double> batch_us, batch_sm_clock_mhz, chained_batch_us, chained_batch_sm_clock_mhz;
+  double median_sm_clock_mhz = 0, chained_median_sm_clock_mhz = 0;
 };
 
 class Backend {

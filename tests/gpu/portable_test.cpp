@@ -213,6 +213,13 @@ TEST_F(PortableGpu, CreateBackendDispatch) {
   EXPECT_GE(t.median_sm_clock_mhz, *lo);
   EXPECT_LE(t.median_sm_clock_mhz, *hi);
   for (double us : t.batch_us) EXPECT_GE(us, t.min_us);
+  ASSERT_EQ(t.chained_batch_us.size(), t.batch_us.size());
+  ASSERT_EQ(t.chained_batch_sm_clock_mhz.size(), t.batch_us.size());
+  for (double mhz : t.chained_batch_sm_clock_mhz) {
+    EXPECT_GT(mhz, 0.1 * boost_mhz);
+    EXPECT_LT(mhz, 1.02 * boost_mhz);
+  }
+  EXPECT_GT(t.chained_median_sm_clock_mhz, 0.0);
 }
 
 TEST_F(PortableGpu, RejectsBadRouting) {

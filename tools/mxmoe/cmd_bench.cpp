@@ -96,10 +96,11 @@ int run(const BenchOptions& o) {
 
     // chained_us: per forward with all the sets' forwards in one graph
     // (ForwardTiming::chained_median_us), against the floor in of_floor_ch.
-    // sm_MHz: the median SM clock after the timed batches (the power cap
-    // lowers it under load; the JSON has every batch's time and clock).
-    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>10} {:>11} {:>7}\n", "T", "median_us", "floor_us",
-               "of_floor", "bound", "TFLOP/s", "TB/s", "chained_us", "of_floor_ch", "sm_MHz");
+    // sm_MHz, ch_MHz: the median SM clock after the timed batches of each
+    // (the power cap lowers it under load; the JSON has every batch's time
+    // and clock).
+    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>10} {:>11} {:>7} {:>7}\n", "T", "median_us",
+               "floor_us", "of_floor", "bound", "TFLOP/s", "TB/s", "chained_us", "of_floor_ch", "sm_MHz", "ch_MHz");
     nlohmann::json rows = nlohmann::json::array();
     PlotSeries measured{name + " " + backend_name(kind), colors[m % 2], false, {}, {}};
     PlotSeries floor_line{name + " floor", colors[m % 2], true, {}, {}};
@@ -118,16 +119,19 @@ int run(const BenchOptions& o) {
       const double pct_chained = chained > 0 ? 100.0 * f.us / chained : 0.0;
       const std::string chained_cols = chained > 0 ? fmt::format("{:>10.1f} {:>10.1f}%", chained, pct_chained)
                                                    : fmt::format("{:>10} {:>11}", "-", "-");
-      const double mhz = timing.median_sm_clock_mhz;
-      const std::string clock_col = mhz > 0 ? fmt::format("{:>7.0f}", mhz) : fmt::format("{:>7}", "-");
-      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>8.1f} {:>8.2f} {} {}\n", T, timing.median_us, f.us,
-                 pct, f.memory_bound ? "memory" : "math", tflops, tbps, chained_cols, clock_col);
+      const double mhz = timing.median_sm_clock_mhz, ch_mhz = timing.chained_median_sm_clock_mhz;
+      auto clock_col = [](double v) { return v > 0 ? fmt::format("{:>7.0f}", v) : fmt::format("{:>7}", "-"); };
+      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>8.1f} {:>8.2f} {} {} {}\n", T, timing.median_us,
+                 f.us, pct, f.memory_bound ? "memory" : "math", tflops, tbps, chained_cols, clock_col(mhz),
+                 clock_col(ch_mhz));
       rows.push_back({{"tokens", T}, {"median_us", timing.median_us}, {"min_us", timing.min_us},
                       {"iterations", timing.iterations}, {"floor_us", f.us}, {"percent_of_floor", pct},
                       {"bound", f.memory_bound ? "memory" : "math"}, {"tflops", tflops}, {"tbps", tbps},
                       {"expert_bytes", f.bytes}, {"flops", f.flops}, {"chained_median_us", chained},
                       {"percent_of_floor_chained", pct_chained}, {"median_sm_clock_mhz", mhz},
-                      {"batch_us", timing.batch_us}, {"batch_sm_clock_mhz", timing.batch_sm_clock_mhz}});
+                      {"chained_median_sm_clock_mhz", ch_mhz}, {"batch_us", timing.batch_us},
+                      {"batch_sm_clock_mhz", timing.batch_sm_clock_mhz}, {"chained_batch_us", timing.chained_batch_us},
+                      {"chained_batch_sm_clock_mhz", timing.chained_batch_sm_clock_mhz}});
       measured.x.push_back(double(T)), measured.y.push_back(timing.median_us);
       floor_line.x.push_back(double(T)), floor_line.y.push_back(f.us);
     }

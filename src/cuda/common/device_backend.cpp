@@ -171,7 +171,7 @@ class DeviceBackend final : public Backend {
     // After each batch, outside the events, the SM clock (the power cap may
     // have lowered it since the last batch).
     const int batches = std::max(iters / sets, 3);
-    std::vector<double> times, chained_times, clocks;
+    std::vector<double> times, chained_times, clocks, chained_clocks;
     DeviceBuffer clock_mhz;
     if (st.ok()) st = clock_mhz.reserve(sizeof(float));
     for (int b = 0; b < batches && st.ok(); ++b) {
@@ -179,7 +179,10 @@ class DeviceBackend final : public Backend {
       if (st.ok()) st = read_sm_clock(clock_mhz.as<float>(), &clocks);
     }
     for (int b = 0; b < first_rounds && st.ok(); ++b) st = launch_chained();
-    for (int b = 0; b < batches && st.ok(); ++b) st = time_between_events(e0, e1, launch_chained, sets, &chained_times);
+    for (int b = 0; b < batches && st.ok(); ++b) {
+      st = time_between_events(e0, e1, launch_chained, sets, &chained_times);
+      if (st.ok()) st = read_sm_clock(clock_mhz.as<float>(), &chained_clocks);
+    }
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     for (auto ex : execs) cudaGraphExecDestroy(ex);
@@ -188,14 +191,14 @@ class DeviceBackend final : public Backend {
     ForwardTiming t;
     t.batch_us = times;
     t.batch_sm_clock_mhz = clocks;
+    t.chained_batch_us = chained_times;
+    t.chained_batch_sm_clock_mhz = chained_clocks;
     t.iterations = int(times.size()) * sets;
-    std::sort(times.begin(), times.end());
-    std::sort(chained_times.begin(), chained_times.end());
-    std::sort(clocks.begin(), clocks.end());
-    t.median_us = times[times.size() / 2];
-    t.min_us = times.front();
-    t.chained_median_us = chained_times[chained_times.size() / 2];
-    t.median_sm_clock_mhz = clocks[clocks.size() / 2];
+    t.median_us = median(times);
+    t.min_us = *std::min_element(times.begin(), times.end());
+    t.chained_median_us = median(chained_times);
+    t.median_sm_clock_mhz = median(clocks);
+    t.chained_median_sm_clock_mhz = median(chained_clocks);
     *out = std::move(t);
     return Status::Ok();
   }
@@ -229,6 +232,11 @@ class DeviceBackend final : public Backend {
     DEVICE_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     times->push_back(double(ms) * 1e3 / forwards);
     return Status::Ok();
+  }
+  // The upper median (a copy is sorted).
+  static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
   }
   // Appends the SM clock now (MHz), by the probe kernel; synchronises.
   Status read_sm_clock(float* mhz_device, std::vector<double>* clocks) {
