@@ -13,9 +13,9 @@ namespace mxmoe::smxx {
 // counting SM cycles, and writes cycles / ns * 1000 (MHz) to *mhz_device.
 Status launch_sm_clock_probe(float* mhz_device, cudaStream_t stream, const char* who);
 
-// The probe's window, long against the global timer's tick: on an idle H200
-// the readings fall within 0.4% of its 1980 MHz boost clock. One thread, so
-// the probe adds no load of its own.
+// The probe's window, long against the global timer's tick: on an H200 below
+// its power cap (decode timings) the readings fall within 0.4% of its 1980 MHz
+// boost clock. One thread, so the probe adds no load of its own.
 inline constexpr unsigned long long kSmClockWindowNs = 20000;
 
 }  // namespace mxmoe::smxx
