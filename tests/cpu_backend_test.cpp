@@ -26,7 +26,7 @@ TEST(CpuBackend, ForwardIsTheReferenceAndTimingNeedsTokens) {
   EXPECT_GT(testing::l2_norm(ref), 0.0);
 
   ForwardTiming t;
-  ASSERT_TRUE(be->time_forward(2, 2, 2, seed, 0.0, &t).ok());
+  ASSERT_TRUE(be->time_forward(2, 2, 2, seed, 0.0, 0.0, &t).ok());
   EXPECT_GT(t.median_us, 0.0);
   EXPECT_LE(t.min_us, t.median_us);
   EXPECT_EQ(t.chained_median_us, 0.0);  // no graphs on the CPU
@@ -35,9 +35,15 @@ TEST(CpuBackend, ForwardIsTheReferenceAndTimingNeedsTokens) {
   EXPECT_TRUE(t.batch_sm_clock_mhz.empty());
   EXPECT_EQ(t.median_sm_clock_mhz, 0.0);
   EXPECT_TRUE(t.chained_batch_sm_clock_mhz.empty());
-  EXPECT_FALSE(be->time_forward(0, 2, 2, seed, 0.0, &t).ok());
-  EXPECT_FALSE(be->time_forward(-3, 2, 2, seed, 0.0, &t).ok());
-  EXPECT_FALSE(be->time_forward(2, 2, 2, seed, 0.0, nullptr).ok());
+  EXPECT_TRUE(t.power_note.empty());  // no window asked for
+  // A power window asked of the CPU backend: no power, and the reason.
+  ASSERT_TRUE(be->time_forward(2, 2, 2, seed, 0.0, 0.5, &t).ok());
+  EXPECT_EQ(t.power_w, 0.0);
+  EXPECT_EQ(t.energy_mj, 0.0);
+  EXPECT_NE(t.power_note.find("CPU"), std::string::npos) << t.power_note;
+  EXPECT_FALSE(be->time_forward(0, 2, 2, seed, 0.0, 0.0, &t).ok());
+  EXPECT_FALSE(be->time_forward(-3, 2, 2, seed, 0.0, 0.0, &t).ok());
+  EXPECT_FALSE(be->time_forward(2, 2, 2, seed, 0.0, 0.0, nullptr).ok());
 }
 
 }  // namespace

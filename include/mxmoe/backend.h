@@ -40,6 +40,14 @@ struct ForwardTiming {
   // batches. Empty and 0 on the CPU.
   std::vector<double> batch_us, batch_sm_clock_mhz, chained_batch_us, chained_batch_sm_clock_mhz;
   double median_sm_clock_mhz = 0, chained_median_sm_clock_mhz = 0;
+  // GPU backends, where a power window was asked for and the board's energy
+  // counter is readable: the board's mean power (W) while every set's graph
+  // is replayed back to back for about that window after the timed batches,
+  // the time per forward over those replays (µs) and the SM clock after them,
+  // and their product, the energy per forward (mJ). 0 otherwise, and
+  // power_note says why where a window was asked for.
+  double power_w = 0, power_window_us = 0, power_window_sm_clock_mhz = 0, energy_mj = 0;
+  std::string power_note;
 };
 
 class Backend {
@@ -58,9 +66,12 @@ class Backend {
   // replays of every set, and replays for at least `min_warmup_s` seconds):
   // one replay of each set back to back per sample, the median sample per
   // forward; then replays of one graph of all the sets' forwards
-  // (chained_median_us). The CPU backend runs no warm-up.
+  // (chained_median_us). With `power_window_s` > 0, the board's power and
+  // the energy per forward over about that many seconds of replays after the
+  // timed batches (ForwardTiming::power_w). The CPU backend runs no warm-up
+  // and measures no power.
   virtual Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
-                              double min_warmup_s, ForwardTiming* out) = 0;
+                              double min_warmup_s, double power_window_s, ForwardTiming* out) = 0;
 };
 
 // Builds `kind` for these (original, unpadded) weights: runs the backend's

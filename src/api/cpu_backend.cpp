@@ -20,7 +20,7 @@ class CpuBackend final : public Backend {
   }
 
   Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed, double /*min_warmup_s*/,
-                      ForwardTiming* out) override {
+                      double power_window_s, ForwardTiming* out) override {
     if (tokens <= 0 || !out) return Status::InvalidArgument("cpu: timing needs positive tokens and an output");
     const MoeShape& s = w_.shape;
     std::vector<Routing> sets;
@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
     out->median_us = times[times.size() / 2];
     out->min_us = times.front();
     out->iterations = int(times.size());
+    if (power_window_s > 0) out->power_note = "the CPU backend measures no board power";
     return Status::Ok();
   }
 

@@ -4,6 +4,7 @@
 // sweep (for racecheck/synccheck runs).
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -190,7 +191,7 @@ TEST_F(PortableGpu, CreateBackendDispatch) {
   ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(be->kind(), BackendKind::kPortable);
   ForwardTiming t;
-  const Status ts = be->time_forward(16, 2, 5, 1, 0.0, &t);
+  const Status ts = be->time_forward(16, 2, 5, 1, 0.0, 0.0, &t);
   ASSERT_TRUE(ts.ok()) << ts.message();
   EXPECT_GT(t.median_us, 0.0);
   EXPECT_LE(t.min_us, t.median_us);
@@ -219,6 +220,38 @@ TEST_F(PortableGpu, CreateBackendDispatch) {
   ASSERT_EQ(t.chained_batch_us.size(), t.batch_us.size());
   ASSERT_EQ(t.chained_batch_sm_clock_mhz.size(), t.batch_us.size());
   expect_clocks(t.chained_batch_sm_clock_mhz, t.chained_median_sm_clock_mhz);
+  EXPECT_EQ(t.power_w, 0.0) << "no power window asked for";
+  EXPECT_TRUE(t.power_note.empty());
+}
+
+// The board's power over a window of replays after the timings: a datacenter
+// board draws between its idle power (tens of watts) and its cap (hundreds),
+// and the energy per forward is that power times the window's time per
+// forward, which is near the timed one. Where the driver's NVML cannot be
+// read, the timing says why and the rest of the timing stands.
+TEST_F(PortableGpu, BoardPowerWindow) {
+  const MoeShape s{8, 160, 160, 2};
+  const MoeWeights w = make_random_weights(s, 902);
+  std::unique_ptr<Backend> be;
+  ASSERT_TRUE(create_portable_backend(w.view(), &be).ok());
+  ForwardTiming t;
+  const Status ts = be->time_forward(16, 2, 5, 1, 0.0, 0.3, &t);
+  ASSERT_TRUE(ts.ok()) << ts.message();
+  EXPECT_GT(t.median_us, 0.0);
+  if (t.power_w == 0) {
+    EXPECT_FALSE(t.power_note.empty()) << "a window was asked for: no power must say why";
+    std::printf("board power not measured here: %s\n", t.power_note.c_str());
+    return;
+  }
+  EXPECT_TRUE(t.power_note.empty()) << t.power_note;
+  EXPECT_GT(t.power_w, 10.0);
+  EXPECT_LT(t.power_w, 2000.0);
+  EXPECT_GT(t.power_window_us, 0.25 * t.median_us);
+  EXPECT_LT(t.power_window_us, 4.0 * t.median_us);
+  EXPECT_DOUBLE_EQ(t.energy_mj, t.power_w * t.power_window_us * 1e-3);
+  EXPECT_GT(t.power_window_sm_clock_mhz, 0.0);
+  std::printf("board power: %.0f W, %.1f us and %.3f mJ per forward, %.0f MHz\n", t.power_w, t.power_window_us,
+              t.energy_mj, t.power_window_sm_clock_mhz);
 }
 
 TEST_F(PortableGpu, RejectsBadRouting) {

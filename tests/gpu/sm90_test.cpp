@@ -346,7 +346,7 @@ TEST_F(Sm90Gpu, CreateBackendAndTiming) {
   EXPECT_EQ(be->kind(), BackendKind::kSm90);
   for (int64_t T : {int64_t(8), int64_t(1024)}) {  // decode path (16 pairs), then wgmma (256 rows per expert)
     ForwardTiming t;
-    const Status ts = be->time_forward(T, 2, 5, 1, 0.0, &t);
+    const Status ts = be->time_forward(T, 2, 5, 1, 0.0, 0.0, &t);
     ASSERT_TRUE(ts.ok()) << ts.message();
     EXPECT_GT(t.median_us, 0.0);
     EXPECT_LE(t.min_us, t.median_us);

@@ -43,7 +43,7 @@ Status bench_parallel_model(const std::string& name, const MoeShape& shape, cons
   PlotSeries floor_line{name + " floor / " + std::to_string(c.size), rgb, true, {}, {}};
   for (int64_t T : b.tokens) {
     ForwardTiming t1;
-    MXMOE_RETURN_IF_ERROR(single->time_forward(T, b.routing_sets, b.iterations, b.seed, 0.0, &t1));
+    MXMOE_RETURN_IF_ERROR(single->time_forward(T, b.routing_sets, b.iterations, b.seed, 0.0, 0.0, &t1));
     ParallelTiming tn;
     MXMOE_RETURN_IF_ERROR(layer->time_forward(T, b.routing_sets, b.iterations, b.seed, &tn));
     std::vector<Routing> sets;

@@ -30,6 +30,7 @@ struct BenchOptions {
   int iterations = 0;  // 0: 200 on a GPU, 3 on the CPU
   uint64_t seed = 1;
   double warmup_s = 0;  // replays before timing, at least (GPU): 0 times a burst, ~1 s the sustained clock
+  double power_s = 0;   // GPU: seconds of replays after the timings over which the board's power is read (0: none)
   std::string json, png;
   int tp = 0, ep = 0;  // ranks of a multi-GPU layer, against one GPU (0: none)
 };
@@ -98,16 +99,25 @@ int run(const BenchOptions& o) {
     // (ForwardTiming::chained_median_us), against the floor in of_floor_ch.
     // sm_MHz, ch_MHz: the median SM clock after the timed batches of each
     // (the power cap lowers it under load; the JSON has every batch's time
-    // and clock).
-    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>10} {:>11} {:>7} {:>7}\n", "T", "median_us",
-               "floor_us", "of_floor", "bound", "TFLOP/s", "TB/s", "chained_us", "of_floor_ch", "sm_MHz", "ch_MHz");
+    // and clock). With --power-s: W, the board's mean power over that many
+    // seconds of replays after the timings, and mJ_fwd, the energy per
+    // forward there (the JSON adds that window's time per forward and clock).
+    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>10} {:>11} {:>7} {:>7} {:>6} {:>7}\n", "T",
+               "median_us", "floor_us", "of_floor", "bound", "TFLOP/s", "TB/s", "chained_us", "of_floor_ch", "sm_MHz",
+               "ch_MHz", "W", "mJ_fwd");
+    bool power_note_shown = false;
     nlohmann::json rows = nlohmann::json::array();
     PlotSeries measured{name + " " + backend_name(kind), colors[m % 2], false, {}, {}};
     PlotSeries floor_line{name + " floor", colors[m % 2], true, {}, {}};
     for (int64_t T : tokens) {
       ForwardTiming timing;
-      if (Status s = backend->time_forward(T, o.routing_sets, iterations, o.seed, o.warmup_s, &timing); !s.ok())
+      if (Status s = backend->time_forward(T, o.routing_sets, iterations, o.seed, o.warmup_s, o.power_s, &timing);
+          !s.ok())
         return fail(s);
+      if (!timing.power_note.empty() && !power_note_shown) {
+        fmt::print("board power not measured: {}\n", timing.power_note);
+        power_note_shown = true;
+      }
       std::vector<Routing> sets;
       for (int i = 0; i < o.routing_sets; ++i)
         sets.push_back(make_random_routing(T, shape.experts, shape.topk, o.seed + uint64_t(i)));
@@ -121,9 +131,12 @@ int run(const BenchOptions& o) {
                                                    : fmt::format("{:>10} {:>11}", "-", "-");
       const double mhz = timing.median_sm_clock_mhz, ch_mhz = timing.chained_median_sm_clock_mhz;
       auto clock_col = [](double v) { return v > 0 ? fmt::format("{:>7.0f}", v) : fmt::format("{:>7}", "-"); };
-      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>8.1f} {:>8.2f} {} {} {}\n", T, timing.median_us,
+      const bool powered = timing.power_w > 0;
+      const std::string power_cols = powered ? fmt::format("{:>6.0f} {:>7.2f}", timing.power_w, timing.energy_mj)
+                                             : fmt::format("{:>6} {:>7}", "-", "-");
+      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>8.1f} {:>8.2f} {} {} {} {}\n", T, timing.median_us,
                  f.us, pct, f.memory_bound ? "memory" : "math", tflops, tbps, chained_cols, clock_col(mhz),
-                 clock_col(ch_mhz));
+                 clock_col(ch_mhz), power_cols);
       rows.push_back({{"tokens", T}, {"median_us", timing.median_us}, {"min_us", timing.min_us},
                       {"iterations", timing.iterations}, {"floor_us", f.us}, {"percent_of_floor", pct},
                       {"bound", f.memory_bound ? "memory" : "math"}, {"tflops", tflops}, {"tbps", tbps},
@@ -131,12 +144,16 @@ int run(const BenchOptions& o) {
                       {"percent_of_floor_chained", pct_chained}, {"median_sm_clock_mhz", mhz},
                       {"chained_median_sm_clock_mhz", ch_mhz}, {"batch_us", timing.batch_us},
                       {"batch_sm_clock_mhz", timing.batch_sm_clock_mhz}, {"chained_batch_us", timing.chained_batch_us},
-                      {"chained_batch_sm_clock_mhz", timing.chained_batch_sm_clock_mhz}});
+                      {"chained_batch_sm_clock_mhz", timing.chained_batch_sm_clock_mhz}, {"power_w", timing.power_w},
+                      {"power_window_us", timing.power_window_us},
+                      {"power_window_sm_clock_mhz", timing.power_window_sm_clock_mhz},
+                      {"energy_mj", timing.energy_mj}, {"power_note", timing.power_note}});
       measured.x.push_back(double(T)), measured.y.push_back(timing.median_us);
       floor_line.x.push_back(double(T)), floor_line.y.push_back(f.us);
     }
     report["models"].push_back({{"model", name}, {"backend", backend_name(kind)}, {"reason", reason},
-                                {"routing_sets", o.routing_sets}, {"min_warmup_s", o.warmup_s}, {"rows", rows}});
+                                {"routing_sets", o.routing_sets}, {"min_warmup_s", o.warmup_s},
+                                {"power_window_s", o.power_s}, {"rows", rows}});
     plot.push_back(measured);
     plot.push_back(floor_line);
   }
@@ -181,12 +198,16 @@ Runner add_bench(CLI::App& parent) {
                                  "GPU: replay for at least this many seconds before timing (default: three replays "
                                  "of every set, a burst; ~1 s reaches the clock a sustained load holds)")
                      ->check(CLI::Range(0.0, 60.0));
+  auto* power = app->add_option("--power-s", o->power_s,
+                                "GPU: after each T's timings, replay for about this many seconds and report the "
+                                "board's mean power (W) and the energy per forward (mJ_fwd), from its energy counter")
+                    ->check(CLI::Range(0.0, 60.0));
   app->add_option("--json", o->json, "Write the results as JSON");
   app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");
   auto* tp = app->add_option("--tp", o->tp, "Time the layer tensor parallel over N GPUs against one GPU")
-                 ->check(integer_at_least(1))->excludes(warmup);
+                 ->check(integer_at_least(1))->excludes(warmup)->excludes(power);
   app->add_option("--ep", o->ep, "Time the layer expert parallel over N GPUs against one GPU")
-      ->check(integer_at_least(1))->excludes(tp)->excludes(warmup);
+      ->check(integer_at_least(1))->excludes(tp)->excludes(warmup)->excludes(power);
   return [o] { return run(*o); };
 }
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "cuda/common/board_power.h"
 #include "cuda/common/sm_clock_probe.h"
 #include "mxmoe/format.h"
 
@@ -92,7 +93,7 @@ class DeviceBackend final : public Backend {
   }
 
   Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed, double min_warmup_s,
-                      ForwardTiming* out) override {
+                      double power_window_s, ForwardTiming* out) override {
     const MoeShape& s = shape_;
     if (tokens <= 0 || !out) return Status::InvalidArgument(fmt::format("{}: tokens must be positive", name()));
     const int sets = std::max(routing_sets, 1), iters = std::max(iterations, 1);
@@ -183,6 +184,15 @@ class DeviceBackend final : public Backend {
       st = time_between_events(e0, e1, launch_chained, sets, &chained_times);
       if (st.ok()) st = read_sm_clock(clock_mhz.as<float>(), &chained_clocks);
     }
+    // Last, so that the timings above run as without it: the board's power
+    // over about power_window_s of every set's graph replayed back to back.
+    PowerWindow power;
+    std::string power_note;
+    std::vector<double> power_clock;
+    if (power_window_s > 0 && st.ok()) {
+      st = measure_power(execs, power_window_s, &power, &power_note);
+      if (st.ok() && power.watts > 0) st = read_sm_clock(clock_mhz.as<float>(), &power_clock);
+    }
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     for (auto ex : execs) cudaGraphExecDestroy(ex);
@@ -199,6 +209,11 @@ class DeviceBackend final : public Backend {
     t.chained_median_us = median(chained_times);
     t.median_sm_clock_mhz = median(clocks);
     t.chained_median_sm_clock_mhz = median(chained_clocks);
+    t.power_w = power.watts;
+    t.power_window_us = power.us_per_launch;  // a launch is one forward
+    t.energy_mj = power.watts * power.us_per_launch * 1e-3;
+    t.power_window_sm_clock_mhz = power_clock.empty() ? 0.0 : power_clock[0];
+    t.power_note = power_note;
     *out = std::move(t);
     return Status::Ok();
   }
@@ -238,6 +253,25 @@ class DeviceBackend final : public Backend {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   }
+  // measure_board_power over the sets' graphs in turn; the counter is opened
+  // on first use (where it cannot be, *note says why).
+  Status measure_power(const std::vector<cudaGraphExec_t>& execs, double window_s, PowerWindow* out,
+                       std::string* note) {
+    if (!energy_tried_) {
+      int dev = 0;
+      DEVICE_CUDA(cudaGetDevice(&dev));
+      energy_ = BoardEnergyCounter::open(dev, &energy_why_);
+      energy_tried_ = true;
+    }
+    if (!energy_) {
+      *note = energy_why_;
+      return Status::Ok();
+    }
+    const auto launch = [&](int64_t i) {
+      return check(cudaGraphLaunch(execs[size_t(i % int64_t(execs.size()))], stream_), "graph launch");
+    };
+    return measure_board_power(*energy_, launch, stream_, window_s, out, note);
+  }
   // Appends the SM clock now (MHz), by the probe kernel; synchronises.
   Status read_sm_clock(float* mhz_device, std::vector<double>* clocks) {
     MXMOE_RETURN_IF_ERROR(launch_sm_clock_probe(mhz_device, stream_, name()));
@@ -259,6 +293,9 @@ class DeviceBackend final : public Backend {
   std::unique_ptr<DeviceForward> forward_;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer x_, y_, ids_, rw_, ws_;
+  std::unique_ptr<BoardEnergyCounter> energy_;
+  std::string energy_why_;
+  bool energy_tried_ = false;
 };
 
 }  // namespace

@@ -1,0 +1,36 @@
+// The board's mean power while a GPU workload runs back to back, from two
+// update edges of its energy counter (board_energy.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/board_energy.h"
+#include "mxmoe/status.h"
+
+namespace mxmoe::smxx {
+
+struct PowerWindow {
+  double watts = 0;
+  double us_per_launch = 0;  // GPU time per launch over the window's launches (events)
+  double seconds = 0;        // between the two counter edges
+  int64_t launches = 0;
+};
+
+// Calls launch(i) for i = 0, 1, ... (each enqueues one unit of work on
+// `stream`) until a thread reading `counter` back to back has seen two of its
+// update edges at least `window_s` apart, the first kPowerLeadS after the
+// start (the launch queue full by then, so the GPU does not wait for the
+// host in the window), then synchronises. The counter steps about every
+// 100 ms and a read takes ~3 ms (H200, driver 580), so an edge's time is
+// known to a read: within ~1% over a 0.5 s window. The stream must still be
+// busy at the second edge, else *note says so and *out stays empty; *note
+// also says why where the counter did not move.
+inline constexpr double kPowerLeadS = 0.05;
+Status measure_board_power(const BoardEnergyCounter& counter, const std::function<Status(int64_t)>& launch,
+                           cudaStream_t stream, double window_s, PowerWindow* out, std::string* note);
+
+}  // namespace mxmoe::smxx
