@@ -20,16 +20,19 @@ struct PowerWindow {
   int64_t launches = 0;
 };
 
+// Launches before the window may open, so that it opens on a GPU already
+// under the load and with launches queued ahead of it (a graph launch takes a
+// few µs of host time, a forward 20 µs to 6 ms of GPU time).
+inline constexpr double kPowerLeadS = 0.05;
+
 // Calls launch(i) for i = 0, 1, ... (each enqueues one unit of work on
 // `stream`) until a thread reading `counter` back to back has seen two of its
 // update edges at least `window_s` apart, the first kPowerLeadS after the
-// start (the launch queue full by then, so the GPU does not wait for the
-// host in the window), then synchronises. The counter steps about every
-// 100 ms and a read takes ~3 ms (H200, driver 580), so an edge's time is
-// known to a read: within ~1% over a 0.5 s window. The stream must still be
-// busy at the second edge, else *note says so and *out stays empty; *note
-// also says why where the counter did not move.
-inline constexpr double kPowerLeadS = 0.05;
+// start, then synchronises. The counter steps about every 100 ms and a read
+// takes ~3 ms (H200, driver 580), so an edge's time is known to a read:
+// within ~1% over a 0.5 s window. The stream must still be busy at the
+// second edge, else *note says so and *out stays empty; *note also says why
+// where the counter did not move.
 Status measure_board_power(const BoardEnergyCounter& counter, const std::function<Status(int64_t)>& launch,
                            cudaStream_t stream, double window_s, PowerWindow* out, std::string* note);
 
