@@ -52,6 +52,8 @@ TEST(CliCheckpoint, RunMatchesReferenceAndRefusesBadLayer) {
   nan_x[70] = std::numeric_limits<float>::quiet_NaN();
   ASSERT_TRUE(write_npy_f32((dir.path / "x.npy").string(), nan_x.data(), {3, 64}).ok());
   EXPECT_EQ(run_cli(common + " --layer 0"), 2) << "x holding NaN";
+  ASSERT_TRUE(write_npy_f32((dir.path / "x.npy").string(), x.data(), {0, 64}).ok());
+  EXPECT_EQ(run_cli(common + " --layer 0"), 2) << "x holding no tokens";
 }
 
 }  // namespace

@@ -30,10 +30,14 @@ int fail(const Status& s) {
   return 2;
 }
 
-// x: from --input (float32 [T, H], finite) or N(0, 1) in --seed.
+// x: from --input (float32 [T, H], T >= 1, finite) or N(0, 1) in --seed.
 Status load_input(const RunOptions& o, int64_t hidden, NpyArray* x) {
   if (!o.input.empty()) {
     MXMOE_RETURN_IF_ERROR(read_npy_f32_matrix(o.input, hidden, x));
+    // The GPU backends refuse a forward of no tokens; say so for every backend.
+    if (x->shape[0] == 0)
+      return Status::InvalidArgument(fmt::format("{}: shape (0, {}) holds no tokens; x needs at least one row",
+                                                 o.input, hidden));
     for (size_t i = 0; i < x->data.size(); ++i)
       if (!std::isfinite(x->data[i]))
         return Status::InvalidArgument(fmt::format("{}: non-finite value {} at [{}, {}]", o.input,
