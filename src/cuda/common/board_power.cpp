@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "cuda/common/smxx_moe_kernels.h"
+
 namespace mxmoe::smxx {
 namespace {
 
@@ -14,10 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-Status cuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Status::CudaError(fmt::format("board power: {}: {}", what, cudaGetErrorString(err)));
-}
+Status cuda(cudaError_t err, const char* what) { return cuda_status(err, "board power", what); }
 
 // What the reader thread saw: the window's two counter edges.
 struct Edges {
@@ -101,9 +100,7 @@ Status measure_board_power(const BoardEnergyCounter& counter, const std::functio
     *note = "the GPU ran out of launches before the window closed (the host fell behind)";
     return Status::Ok();
   }
-  out->seconds = seconds(edges.t1 - edges.t0);
-  out->watts = double(edges.mj1 - edges.mj0) * 1e-3 / out->seconds;
-  out->launches = launches;
+  out->watts = double(edges.mj1 - edges.mj0) * 1e-3 / seconds(edges.t1 - edges.t0);
   out->us_per_launch = double(ms) * 1e3 / double(launches);
   return Status::Ok();
 }

@@ -14,10 +14,8 @@
 namespace mxmoe::smxx {
 
 struct PowerWindow {
-  double watts = 0;
-  double us_per_launch = 0;  // GPU time per launch over the window's launches (events)
-  double seconds = 0;        // between the two counter edges
-  int64_t launches = 0;
+  double watts = 0;          // between the two counter edges
+  double us_per_launch = 0;  // GPU time per launch over all the launches (events)
 };
 
 // Launches before the window may open, so that it opens on a GPU already
