@@ -21,6 +21,7 @@ TEST(CpuBackend, ForwardIsTheReferenceAndTimingNeedsTokens) {
   const auto x = testing::random_floats(3 * 64, seed + 1);
   std::vector<float> y(x.size()), ref(x.size());
   ASSERT_TRUE(be->forward_host(x.data(), 3, nullptr, y.data()).ok());
+  EXPECT_FALSE(be->forward_host(x.data(), 0, nullptr, y.data()).ok()) << "no tokens: refused, as on a GPU";
   ASSERT_TRUE(reference_forward(w.view(), x.data(), 3, nullptr, ref.data()).ok());
   EXPECT_EQ(y, ref);
   EXPECT_GT(testing::l2_norm(ref), 0.0);

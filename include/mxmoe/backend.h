@@ -55,8 +55,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
 
-  // Synchronous host-to-host forward: x float [T, H] -> y float [T, H].
-  // `routing` may be null (the backend runs the router).
+  // Synchronous host-to-host forward: x float [T, H] -> y float [T, H],
+  // T >= 1. `routing` may be null (the backend runs the router).
   virtual Status forward_host(const float* x, int64_t tokens, const RoutingView* routing,
                               float* y) = 0;
 

@@ -16,6 +16,9 @@ class CpuBackend final : public Backend {
 
   Status forward_host(const float* x, int64_t tokens, const RoutingView* routing,
                       float* y) override {
+    // As the GPU backends: a forward of no tokens is a caller's mistake here,
+    // though the reference itself takes it as a no-op.
+    if (tokens <= 0) return Status::InvalidArgument("cpu: tokens must be positive");
     return reference_forward(w_, x, tokens, routing, y);
   }
 

@@ -34,7 +34,7 @@ int fail(const Status& s) {
 Status load_input(const RunOptions& o, int64_t hidden, NpyArray* x) {
   if (!o.input.empty()) {
     MXMOE_RETURN_IF_ERROR(read_npy_f32_matrix(o.input, hidden, x));
-    // The GPU backends refuse a forward of no tokens; say so for every backend.
+    // Every backend refuses a forward of no tokens; this names the file.
     if (x->shape[0] == 0)
       return Status::InvalidArgument(fmt::format("{}: shape (0, {}) holds no tokens; x needs at least one row",
                                                  o.input, hidden));
