@@ -26,11 +26,12 @@ struct Edges {
   Status status;
 };
 
-// Reads the counter back to back until the window closes or `stop` is set:
+// Reads the counter back to back until the window closes, a read fails or
+// `stop` is set (then sets reader_done):
 // the first value that differs from the one before, after kPowerLeadS, opens
 // the window, the first such change at least window_s later closes it.
 void read_edges(const BoardEnergyCounter& counter, cudaStream_t stream, Clock::time_point start, double window_s,
-                const std::atomic<bool>& stop, std::atomic<bool>& closed, Edges* e) {
+                const std::atomic<bool>& stop, std::atomic<bool>& reader_done, Edges* e) {
   uint64_t prev = 0;
   e->status = counter.read_mj(&prev);
   bool opened = false;
@@ -54,7 +55,7 @@ void read_edges(const BoardEnergyCounter& counter, cudaStream_t stream, Clock::t
     }
     prev = mj;
   }
-  closed.store(true, std::memory_order_release);
+  reader_done.store(true, std::memory_order_release);
 }
 
 }  // namespace
@@ -75,10 +76,10 @@ Status measure_board_power(const BoardEnergyCounter& counter, const std::functio
     // H200's driver), so it runs on its own thread while this one keeps the
     // launch queue full.
     const Clock::time_point start = Clock::now();
-    std::atomic<bool> stop{false}, closed{false};
-    std::thread reader(read_edges, std::cref(counter), stream, start, window_s, std::cref(stop), std::ref(closed),
+    std::atomic<bool> stop{false}, reader_done{false};
+    std::thread reader(read_edges, std::cref(counter), stream, start, window_s, std::cref(stop), std::ref(reader_done),
                        &edges);
-    while (st.ok() && !closed.load(std::memory_order_acquire) &&
+    while (st.ok() && !reader_done.load(std::memory_order_acquire) &&
            seconds(Clock::now() - start) < kPowerLeadS + window_s + kGiveUpS)
       st = launch(launches++);
     stop.store(true, std::memory_order_relaxed);
