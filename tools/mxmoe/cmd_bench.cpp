@@ -95,6 +95,8 @@ int run(const BenchOptions& o) {
     std::unique_ptr<Backend> backend;
     if (Status s = create_backend(kind, weights.view(), &backend); !s.ok()) return fail(s);
 
+    // capped_us: the time the board's power limit allows for the floor's
+    // bytes and FLOPs (roofline.h), where it exceeds floor_us the bound.
     // chained_us: per forward with all the sets' forwards in one graph
     // (ForwardTiming::chained_median_us), against the floor in of_floor_ch.
     // sm_MHz, ch_MHz: the median SM clock after the timed batches of each
@@ -102,9 +104,9 @@ int run(const BenchOptions& o) {
     // and clock). With --power-s: W, the board's mean power over that many
     // seconds of replays after the timings, and mJ_fwd, the energy per
     // forward there (the JSON adds that window's time per forward and clock).
-    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>10} {:>11} {:>7} {:>7} {:>6} {:>7}\n", "T",
-               "median_us", "floor_us", "of_floor", "bound", "TFLOP/s", "TB/s", "chained_us", "of_floor_ch", "sm_MHz",
-               "ch_MHz", "W", "mJ_fwd");
+    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>10} {:>8} {:>8} {:>10} {:>11} {:>7} {:>7} {:>6} {:>7}\n", "T",
+               "median_us", "floor_us", "of_floor", "bound", "capped_us", "TFLOP/s", "TB/s", "chained_us",
+               "of_floor_ch", "sm_MHz", "ch_MHz", "W", "mJ_fwd");
     bool power_note_shown = false;
     nlohmann::json rows = nlohmann::json::array();
     PlotSeries measured{name + " " + backend_name(kind), colors[m % 2], false, {}, {}};
@@ -134,12 +136,13 @@ int run(const BenchOptions& o) {
       const bool powered = timing.power_w > 0;
       const std::string power_cols = powered ? fmt::format("{:>6.0f} {:>7.2f}", timing.power_w, timing.energy_mj)
                                              : fmt::format("{:>6} {:>7}", "-", "-");
-      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>8.1f} {:>8.2f} {} {} {} {}\n", T, timing.median_us,
-                 f.us, pct, f.memory_bound ? "memory" : "math", tflops, tbps, chained_cols, clock_col(mhz),
-                 clock_col(ch_mhz), power_cols);
+      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>10.1f} {:>8.1f} {:>8.2f} {} {} {} {}\n", T,
+                 timing.median_us, f.us, pct, f.memory_bound ? "memory" : "math", f.capped_us, tflops, tbps,
+                 chained_cols, clock_col(mhz), clock_col(ch_mhz), power_cols);
       rows.push_back({{"tokens", T}, {"median_us", timing.median_us}, {"min_us", timing.min_us},
                       {"iterations", timing.iterations}, {"floor_us", f.us}, {"percent_of_floor", pct},
-                      {"bound", f.memory_bound ? "memory" : "math"}, {"tflops", tflops}, {"tbps", tbps},
+                      {"bound", f.memory_bound ? "memory" : "math"}, {"power_capped_us", f.capped_us},
+                      {"tflops", tflops}, {"tbps", tbps},
                       {"expert_bytes", f.bytes}, {"flops", f.flops}, {"chained_median_us", chained},
                       {"percent_of_floor_chained", pct_chained}, {"median_sm_clock_mhz", mhz},
                       {"chained_median_sm_clock_mhz", ch_mhz}, {"batch_us", timing.batch_us},

@@ -37,6 +37,7 @@ Floor moe_floor(const MoeShape& s, int64_t tokens, double experts_touched) {
   const double math_us = f.flops / kBf16FlopsPerSecond * 1e6;
   f.memory_bound = mem_us >= math_us;
   f.us = std::max(mem_us, math_us);
+  f.capped_us = (f.bytes * kJoulesPerByteRead + f.flops * kJoulesPerBf16Flop) / (kBoardLimitWatts - kIdleWatts) * 1e6;
   return f;
 }
 

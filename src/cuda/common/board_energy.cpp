@@ -15,10 +15,12 @@ struct BoardEnergyCounter::Api {
   using Shutdown = int (*)();
   using HandleByPciBusId = int (*)(const char*, void**);
   using TotalEnergy = int (*)(void*, unsigned long long*);
+  using PowerLimit = int (*)(void*, unsigned*);
   using ErrorString = const char* (*)(int);
   void* lib = nullptr;
   Shutdown shutdown = nullptr;
   TotalEnergy total_energy = nullptr;
+  PowerLimit power_limit = nullptr;  // optional
   ErrorString error_string = nullptr;
   void* device = nullptr;
   bool initialised = false;
@@ -47,6 +49,7 @@ std::unique_ptr<BoardEnergyCounter> BoardEnergyCounter::open(int device, std::st
   const auto by_bus = reinterpret_cast<Api::HandleByPciBusId>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
   api->total_energy = reinterpret_cast<Api::TotalEnergy>(sym("nvmlDeviceGetTotalEnergyConsumption"));
   api->error_string = reinterpret_cast<Api::ErrorString>(sym("nvmlErrorString"));
+  api->power_limit = reinterpret_cast<Api::PowerLimit>(sym("nvmlDeviceGetEnforcedPowerLimit"));
   if (!init || !api->shutdown || !by_bus || !api->total_energy) {
     *why = "libnvidia-ml.so.1 lacks the NVML calls used (init, device by PCI bus id, total energy)";
     return nullptr;
@@ -81,6 +84,15 @@ Status BoardEnergyCounter::read_mj(uint64_t* mj) const {
   if (const int rc = api_->total_energy(api_->device, &v); rc != 0)
     return Status::Unsupported("NVML total energy: " + api_->error(rc));
   *mj = v;
+  return Status::Ok();
+}
+
+Status BoardEnergyCounter::read_power_limit_w(double* watts) const {
+  if (!api_->power_limit) return Status::Unsupported("libnvidia-ml.so.1 lacks nvmlDeviceGetEnforcedPowerLimit");
+  unsigned milliwatts = 0;
+  if (const int rc = api_->power_limit(api_->device, &milliwatts); rc != 0)
+    return Status::Unsupported("NVML enforced power limit: " + api_->error(rc));
+  *watts = milliwatts / 1e3;
   return Status::Ok();
 }
 

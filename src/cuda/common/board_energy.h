@@ -27,6 +27,10 @@ class BoardEnergyCounter {
   // difference is exact only between two of its update edges.
   Status read_mj(uint64_t* mj) const;
 
+  // The power limit the board enforces (W): under a load that would draw
+  // more, the clocks come down.
+  Status read_power_limit_w(double* watts) const;
+
  private:
   struct Api;
   explicit BoardEnergyCounter(std::unique_ptr<Api> api);
