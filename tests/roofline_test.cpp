@@ -1,4 +1,4 @@
-// The bench's floors (tools/mxmoe/roofline.h): the floor of bytes and
+// The bench's floors (tools/mxmoe/roofline.h): the floor of bytes and
 // FLOPs, and the time the board's power limit allows for both.
 #include <gtest/gtest.h>
 
