@@ -39,15 +39,17 @@ bool check(cudaError_t err, const char* what) {
   return false;
 }
 
+// One step of a multiply-xorshift hash.
+__device__ __forceinline__ uint32_t mix(uint32_t x) {
+  x ^= x >> 13;
+  x *= 0x5bd1e995u;
+  return x ^ (x >> 15);
+}
+
 // Random bits: a stream of zeros would flatter the power of the bus.
 __global__ void fill_random_words(uint32_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = uint32_t(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    p[i] = x;
-  }
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = mix(uint32_t(i) * 2654435761u ^ seed);
 }
 
 // About N(0, 1) in bf16 (a sum of four uniforms), as the activations `mxmoe
@@ -57,9 +59,7 @@ __global__ void fill_normal_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
     uint32_t x = uint32_t(i) * 2654435761u ^ seed;
     float s = 0.f;
     for (int r = 0; r < 4; ++r) {
-      x ^= x >> 13;
-      x *= 0x5bd1e995u;
-      x ^= x >> 15;
+      x = mix(x);
       s += float(x & 0xFFFFu) / 65536.f;
     }
     p[i] = __float2bfloat16((s - 2.f) * 1.7320508f);
