@@ -87,6 +87,9 @@ std::string describe_preparation(const MoeShape& shape);
 // (source "MXMOE_BACKEND"), else auto.
 DispatchInput dispatch_input_for_this_process(std::string_view override_or_auto,
                                               const MoeShape& shape);
+// The same for CUDA device `device` (-1: the CPU, where only the cpu backend
+// can run; a device that does not exist is reported as no device).
+DispatchInput dispatch_input_for_device(std::string_view override_or_auto, const MoeShape& shape, int device);
 Status choose_backend_for_this_process(std::string_view override_or_auto, const MoeShape& shape,
                                        DispatchResult* out);
 

@@ -1,23 +1,28 @@
-// The dispatch input of this process: its first GPU, its compiled CUDA code and
-// the override from the caller or the environment.
+// The dispatch input of this process: one of its GPUs (the first by default),
+// its compiled CUDA code and the override from the caller or the environment.
 #include <cstdlib>
+
+#include <fmt/format.h>
 
 #include "mxmoe/device.h"
 #include "mxmoe/dispatch.h"
 
 namespace mxmoe {
 
-DispatchInput dispatch_input_for_this_process(std::string_view override_or_auto,
-                                              const MoeShape& shape) {
+DispatchInput dispatch_input_for_device(std::string_view override_or_auto, const MoeShape& shape, int device) {
   DispatchInput in;
   std::string why;
-  const std::vector<DeviceInfo> devices = list_devices(&why);
-  if (devices.empty()) {
+  const std::vector<DeviceInfo> devices = device >= 0 ? list_devices(&why) : std::vector<DeviceInfo>{};
+  if (device < 0) {
+    in.no_device_reason = "the layer is on the CPU (device -1)";
+  } else if (devices.empty()) {
     in.no_device_reason = why;
+  } else if (size_t(device) >= devices.size()) {
+    in.no_device_reason = fmt::format("CUDA device {} does not exist ({} visible)", device, devices.size());
   } else {
-    in.device_sm = devices[0].sm;
-    in.device_index = devices[0].index;
-    in.device_name = devices[0].name;
+    in.device_sm = devices[size_t(device)].sm;
+    in.device_index = devices[size_t(device)].index;
+    in.device_name = devices[size_t(device)].name;
   }
   in.compiled_archs = compiled_cuda_archs();
   in.shape = shape;
@@ -33,6 +38,10 @@ DispatchInput dispatch_input_for_this_process(std::string_view override_or_auto,
     in.override_name = "auto";
   }
   return in;
+}
+
+DispatchInput dispatch_input_for_this_process(std::string_view override_or_auto, const MoeShape& shape) {
+  return dispatch_input_for_device(override_or_auto, shape, 0);
 }
 
 Status choose_backend_for_this_process(std::string_view override_or_auto, const MoeShape& shape,

@@ -37,7 +37,8 @@ void expect_back_to_back_forwards(const smxx::DeviceForward& fwd, const MoeWeigh
     ASSERT_EQ(cudaMemcpy(xd[f].ptr, xb.data(), nx * 2, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(ids[f].ptr, r[f].ids.data(), nr * 4, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(rw[f].ptr, r[f].weights.data(), nr * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    a[f] = {xd[f].as<uint16_t>(), tokens, ids[f].as<int32_t>(), rw[f].as<float>(), yd[f].as<float>()};
+    a[f] = {.x = xd[f].as<uint16_t>(), .tokens = tokens, .topk_ids = ids[f].as<int32_t>(),
+            .topk_weights = rw[f].as<float>(), .y = yd[f].as<float>()};
   }
   const size_t wsb = fwd.workspace_bytes(tokens);
   ASSERT_TRUE(ws.reserve(wsb).ok());

@@ -139,7 +139,7 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 // from their shared memory and takes the top-k.
 template <int kSplitN, int kCluster>
 __global__ void __launch_bounds__(kRouterThreads)
-smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* __restrict__ rw,
+smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, int64_t x_stride, const uint16_t* __restrict__ rw,
                  int64_t rw_stride, const uint16_t* __restrict__ rb, int E, int k,
                  int32_t* __restrict__ ids, float* __restrict__ weights) {
   constexpr int kWarps = kRouterThreads / 32, kSplitK = kWarps / kSplitN, kSlots = 8;
@@ -162,7 +162,7 @@ smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* _
   // A rows g and g + 8 (tokens past T read as 0); B columns: expert 8j + g of each n-tile.
   const uint4* xr[2];
   for (int h = 0; h < 2; ++h)
-    xr[h] = g + 8 * h < tokens ? reinterpret_cast<const uint4*>(x + int64_t(tok0 + g + 8 * h) * H) : nullptr;
+    xr[h] = g + 8 * h < tokens ? reinterpret_cast<const uint4*>(x + int64_t(tok0 + g + 8 * h) * x_stride) : nullptr;
   const uint4* wr[kTilesPerWarp];
 #pragma unroll
   for (int i = 0; i < kTilesPerWarp; ++i) {
@@ -232,7 +232,7 @@ smxx_router_topk(const uint16_t* __restrict__ x, int T, int H, const uint16_t* _
       warp_topk(part + tok * E, E, k, lane, ids + int64_t(tok0 + tok) * k, weights + int64_t(tok0 + tok) * k);
 }
 
-using RouterKernel = void (*)(const uint16_t*, int, int, const uint16_t*, int64_t, const uint16_t*, int, int,
+using RouterKernel = void (*)(const uint16_t*, int, int, int64_t, const uint16_t*, int64_t, const uint16_t*, int, int,
                               int32_t*, float*);
 
 template <int kSplitN>
@@ -491,6 +491,15 @@ smxx_place_ranges(const int32_t* __restrict__ ids, int n_pairs, int range_pairs,
   place_range(ids, begin, end, E, t, sorted_pair, pair_row);
 }
 
+// Four consecutive outputs: fp32 in one 16-byte store, bf16 (rounded to
+// nearest even) in one 8-byte store.
+__device__ __forceinline__ void store4(float* dst, float4 v) { *reinterpret_cast<float4*>(dst) = v; }
+__device__ __forceinline__ void store4(uint16_t* dst, float4 v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  *reinterpret_cast<uint2*>(dst) =
+      make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+
 // y[t] = sum over slots s = 0..k-1, in that order, of the GEMM2 row of (t, s):
 // row pair_row[t k + s], or row t k + s where pair_row is null (per-pair
 // decode stores each pair at its own index). Block (t, b) takes 4-float
@@ -499,9 +508,10 @@ smxx_place_ranges(const int32_t* __restrict__ ids, int n_pairs, int range_pairs,
 // trips to L2 on grouped rows, one per pair. (A runtime-k loop let ptxas
 // interleave each row's index load with the previous rows' sums: four round
 // trips at k = 4.)
+template <typename Out>
 __global__ void __launch_bounds__(kCombineThreads)
 smxx_combine(const float* __restrict__ ypair, const int32_t* __restrict__ pair_row, int k, int H,
-             float* __restrict__ y) {
+             Out* __restrict__ y) {
   const int tok = blockIdx.x;
   const int c = blockIdx.y * kCombineThreads + threadIdx.x;
   wait_for_previous_kernels();
@@ -524,7 +534,20 @@ smxx_combine(const float* __restrict__ ypair, const int32_t* __restrict__ pair_r
     if (i >= k) break;
     s.x += v[i].x; s.y += v[i].y; s.z += v[i].z; s.w += v[i].w;
   }
-  reinterpret_cast<float4*>(y + int64_t(tok) * H)[c] = s;
+  store4(y + int64_t(tok) * H + 4 * c, s);
+}
+
+// One entry a thread (see launch_check_routing).
+__global__ void smxx_check_routing(const int32_t* __restrict__ ids, const float* __restrict__ weights, int pairs,
+                                   int E, int32_t* __restrict__ ids_out, float* __restrict__ weights_out) {
+  wait_for_previous_kernels();  // the previous forward's kernels may still read ids_out
+  allow_next_kernel();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= pairs) return;
+  const int32_t id = ids[i];
+  const bool in_range = id >= 0 && id < E;
+  ids_out[i] = in_range ? id : 0;
+  weights_out[i] = in_range ? weights[i] : __int_as_float(0x7fc00000);
 }
 
 }  // namespace
@@ -549,12 +572,12 @@ Status sm_count(const char* who, int* sms) {
   return cuda_status(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev), who, "SM count");
 }
 
-Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_t* router_weight,
+Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, int64_t x_stride, const uint16_t* router_weight,
                           int64_t router_stride, const uint16_t* router_bias, int64_t E, int64_t k, int32_t* ids,
                           float* weights, bool overlap, cudaStream_t stream, const char* who) {
-  if (H % 32 != 0 || router_stride % 8 != 0 || E > kMaxExperts)
-    return Status::Unsupported(fmt::format("{}: router needs H % 32 == 0, a router row stride % 8 == 0 and at most {} "
-                                           "experts", who, kMaxExperts));
+  if (H % 32 != 0 || router_stride % 8 != 0 || x_stride < H || x_stride % 8 != 0 || E > kMaxExperts)
+    return Status::Unsupported(fmt::format("{}: router needs H % 32 == 0, x and router row strides % 8 == 0 (x's "
+                                           "at least H) and at most {} experts", who, kMaxExperts));
   const int split_n = router_split_n(E);
   const int64_t token_blocks = (T + kRouterTokens - 1) / kRouterTokens;
   int cluster = 1;
@@ -572,7 +595,7 @@ Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, const uint16_
   const size_t smem = size_t(kRouterTokens * E) * sizeof(float) * size_t(kRouterThreads / 32 / split_n);
   return cuda_status(launch_kernel_in_clusters(kernel, dim3(unsigned(token_blocks * cluster)), dim3(kRouterThreads),
                                                smem, stream, overlap, unsigned(cluster), x, int(T), int(H),
-                                               router_weight, router_stride, router_bias, int(E), int(k), ids, weights),
+                                               x_stride, router_weight, router_stride, router_bias, int(E), int(k), ids, weights),
                      who, "router launch");
 }
 
@@ -606,11 +629,25 @@ Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int 
 }
 
 Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t T, int64_t k, int64_t H, float* y,
-                      bool overlap, cudaStream_t stream, const char* who) {
-  const unsigned blocks_per_token = unsigned((H / 4 + kCombineThreads - 1) / kCombineThreads);
-  return cuda_status(launch_kernel(smxx_combine, dim3(unsigned(T), blocks_per_token), dim3(kCombineThreads), 0,
-                                   stream, overlap, ypair, pair_row, int(k), int(H), y),
-                     who, "combine launch");
+                      uint16_t* y_bf16, bool overlap, cudaStream_t stream, const char* who) {
+  if ((y == nullptr) == (y_bf16 == nullptr))
+    return Status::InvalidArgument(fmt::format("{}: combine needs exactly one of an fp32 and a bf16 y", who));
+  const dim3 grid(unsigned(T), unsigned((H / 4 + kCombineThreads - 1) / kCombineThreads));
+  const cudaError_t err =
+      y ? launch_kernel(smxx_combine<float>, grid, dim3(kCombineThreads), 0, stream, overlap, ypair, pair_row,
+                        int(k), int(H), y)
+        : launch_kernel(smxx_combine<uint16_t>, grid, dim3(kCombineThreads), 0, stream, overlap, ypair, pair_row,
+                        int(k), int(H), y_bf16);
+  return cuda_status(err, who, "combine launch");
+}
+
+Status launch_check_routing(const int32_t* ids, const float* weights, int64_t pairs, int64_t E, int32_t* ids_out,
+                            float* weights_out, bool overlap, cudaStream_t stream, const char* who) {
+  constexpr int kThreads = 256;
+  return cuda_status(launch_kernel(smxx_check_routing, dim3(unsigned((pairs + kThreads - 1) / kThreads)),
+                                   dim3(kThreads), 0, stream, overlap, ids, weights, int(pairs), int(E), ids_out,
+                                   weights_out),
+                     who, "routing check launch");
 }
 
 }  // namespace mxmoe::smxx

@@ -33,9 +33,11 @@ Status sm_count(const char* who, int* sms);
 
 // logits = x W^T + b (bf16 products on the tensor cores, fp32 sums), top-k
 // with ties to the lower id, softmax over the k: ids and weights [tokens, k].
-// x bf16 [tokens, hidden], 16-byte aligned; router_weight bf16 [experts,
-// router_stride]; hidden % 32 == 0, router_stride % 8 == 0, k <= 8.
-Status launch_router_topk(const uint16_t* x, int64_t tokens, int64_t hidden, const uint16_t* router_weight,
+// x bf16 [tokens, hidden] with rows x_stride elements apart, 16-byte aligned
+// (x_stride % 8 == 0); router_weight bf16 [experts, router_stride]; hidden %
+// 32 == 0, router_stride % 8 == 0, k <= 8.
+Status launch_router_topk(const uint16_t* x, int64_t tokens, int64_t hidden, int64_t x_stride,
+                          const uint16_t* router_weight,
                           int64_t router_stride, const uint16_t* router_bias, int64_t experts, int64_t k,
                           int32_t* ids, float* weights, bool overlap, cudaStream_t stream, const char* who);
 
@@ -52,9 +54,19 @@ Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts
 
 // y[t] = sum over slots s = 0..k-1, in that order, of row pair_row[t * k + s]
 // of ypair (fp32 [rows, hidden]), or of row t * k + s where pair_row is null;
-// hidden a multiple of 4.
+// hidden a multiple of 4. y is fp32 or bf16 (rounded to nearest even) [tokens,
+// hidden]: exactly one of y, y_bf16 is non-null.
 Status launch_combine(const float* ypair, const int32_t* pair_row, int64_t tokens, int64_t k, int64_t hidden,
-                      float* y, bool overlap, cudaStream_t stream, const char* who);
+                      float* y, uint16_t* y_bf16, bool overlap, cudaStream_t stream, const char* who);
+
+// A caller's routing made safe for the grouping and the GEMMs, which index
+// experts by id: ids_out[i] = ids[i] and weights_out[i] = weights[i] where
+// 0 <= ids[i] < experts; elsewhere ids_out[i] = 0 and weights_out[i] = NaN,
+// so the token's output row is NaN (every path multiplies a pair's row by its
+// weight) and no read leaves the weights. `pairs` = tokens * k entries.
+Status launch_check_routing(const int32_t* ids, const float* weights, int64_t pairs, int64_t experts,
+                            int32_t* ids_out, float* weights_out, bool overlap, cudaStream_t stream,
+                            const char* who);
 
 // Carves a workspace into 256-byte-aligned pieces, in the order taken.
 struct WorkspaceCursor {

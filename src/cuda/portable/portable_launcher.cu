@@ -59,11 +59,11 @@ constexpr int64_t kMaxPaddedK = int64_t(1) << 24;
 Status cuda_status(cudaError_t err, const char* what) { return smxx::cuda_status(err, kWho, what); }
 
 // Step 1 of moe_forward (and all of route_topk): ids and weights [T, k].
-Status launch_router(const DeviceWeights& w, const uint16_t* x, int64_t T, int32_t* ids, float* weights,
-                     bool overlap, cudaStream_t stream) {
+Status launch_router(const DeviceWeights& w, const uint16_t* x, int64_t x_stride, int64_t T, int32_t* ids,
+                     float* weights, bool overlap, cudaStream_t stream) {
   if (!w.router_weight || !w.router_bias)
     return Status::InvalidArgument("portable: no routing given and the weights have no router");
-  return smxx::launch_router_topk(x, T, w.shape.hidden, w.router_weight, w.hidden_padded, w.router_bias,
+  return smxx::launch_router_topk(x, T, w.shape.hidden, x_stride, w.router_weight, w.hidden_padded, w.router_bias,
                                   w.shape.experts, w.shape.topk, ids, weights, overlap, stream, kWho);
 }
 
@@ -81,7 +81,7 @@ Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int
         fmt::format("portable: router for {} experts, top-{}: at most {} experts, top-8", E, k, kMaxExperts));
   bool overlap = false;
   MXMOE_RETURN_IF_ERROR(smxx::kernels_may_overlap(kWho, &overlap));
-  return launch_router(w, x, tokens, ids, weights, overlap, stream);
+  return launch_router(w, x, w.shape.hidden, tokens, ids, weights, overlap, stream);
 }
 
 size_t workspace_bytes(const DeviceWeights& w, int64_t tokens) {
@@ -109,9 +109,10 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
         fmt::format("portable: padded H = {} and I = {} must be at most {}", Hp, Ip, kMaxPaddedK));
   if (T * k >= (int64_t(1) << 31) / 2)
     return Status::Unsupported(fmt::format("portable: tokens * topk = {} too large", T * k));
-  if (!a.x || !a.y || !workspace) return Status::InvalidArgument("portable: null x, y or workspace");
-  if (const std::string_view m = smxx::misaligned_arg(a); !m.empty())
-    return Status::InvalidArgument(fmt::format("portable: {} must be 16-byte aligned", m));
+  if (!a.x || (!a.y && !a.y_bf16) || !workspace) return Status::InvalidArgument("portable: null x, y or workspace");
+  if (const std::string_view m = smxx::forward_arg_error(a, H); !m.empty())
+    return Status::InvalidArgument(fmt::format("portable: {}", m));
+  const int64_t x_stride = smxx::x_row_stride(a, H);
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
     return Status::InvalidArgument("portable: pass both topk ids and weights, or neither");
   const Layout l = make_layout(w, T);
@@ -127,13 +128,15 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
   const smxx::Schedule sch = smxx::schedule_in(workspace, l);
-  const int32_t* ids = a.topk_ids;
-  const float* rweights = a.topk_weights;
-  if (!ids) {
-    MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, T, sch.ids, sch.weights, overlap, stream));
-    ids = sch.ids;
-    rweights = sch.weights;
-  }
+  // The router's routing, or the caller's with ids outside [0, E) made
+  // harmless (launch_check_routing); either way in the schedule's arrays.
+  if (a.topk_ids)
+    MXMOE_RETURN_IF_ERROR(smxx::launch_check_routing(a.topk_ids, a.topk_weights, T * k, E, sch.ids, sch.weights,
+                                                     overlap, stream, kWho));
+  else
+    MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, x_stride, T, sch.ids, sch.weights, overlap, stream));
+  const int32_t* ids = sch.ids;
+  const float* rweights = sch.weights;
   if (!l.per_pair)
     MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile, sch, overlap, stream, kWho));
 
@@ -155,7 +158,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.k = int(Hp);
   g1.k_valid = int(H);
   g1.act_in = a.x;
-  g1.act_in_stride = H;
+  g1.act_in_stride = x_stride;
   g1.topk = int(k);
   g1.sorted_pair = sch.sorted_pair;
   g1.tile_expert = sch.tile_expert;
@@ -209,7 +212,8 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
       cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, warps.gemm2, false, tiles, overlap, stream), "GEMM2 launch"));
 
   // Per-pair rows lie at their pair's index (no pair_row).
-  return smxx::launch_combine(ypair, l.per_pair ? nullptr : sch.pair_row, T, k, H, a.y, overlap, stream, kWho);
+  return smxx::launch_combine(ypair, l.per_pair ? nullptr : sch.pair_row, T, k, H, a.y, a.y_bf16, overlap, stream,
+                              kWho);
 }
 
 }  // namespace mxmoe::portable

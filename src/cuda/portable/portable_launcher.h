@@ -69,7 +69,8 @@ Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int
 
 // Enqueues the whole forward on `stream`. `workspace` must hold
 // workspace_bytes(w, tokens) bytes, 256-byte aligned; args.x and args.y are
-// 16-byte aligned (misaligned_arg).
+// 16-byte aligned (forward_arg_error). A caller's routing ids outside [0, E)
+// give their tokens NaN rows of y (launch_check_routing).
 Status moe_forward(const DeviceWeights& w, const ForwardArgs& args, void* workspace,
                    size_t workspace_size, cudaStream_t stream);
 

@@ -37,7 +37,8 @@ constexpr int kCombineThreads = 128;
 // It also zeroes the GEMMs' two item counters: every earlier kernel,
 // the previous forward's GEMMs included, has completed once it passes its wait.
 __global__ void __launch_bounds__(kPackThreads)
-sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int32_t* __restrict__ sorted_pair,
+sm90_pack_activations(const uint16_t* __restrict__ x, int H, int64_t x_stride, int topk,
+                      const int32_t* __restrict__ sorted_pair,
                       const int32_t* __restrict__ num_tiles, int bn, int k_padded, uint8_t* __restrict__ out,
                       int32_t* __restrict__ item_counters) {
   smxx::wait_for_previous_kernels();  // the schedule comes from the grouping kernel
@@ -54,7 +55,7 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
     const uint32_t* src[2];
     for (int r = 0; r < 2; ++r) {
       const int pair = sorted_pair[8 * m + 4 * r + lane / 8];
-      src[r] = pair >= 0 ? reinterpret_cast<const uint32_t*>(x + int64_t(pair / topk) * H + c * kChunk) : nullptr;
+      src[r] = pair >= 0 ? reinterpret_cast<const uint32_t*>(x + int64_t(pair / topk) * x_stride + c * kChunk) : nullptr;
     }
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -72,6 +73,22 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
   }
 }
 
+// Eight consecutive outputs: fp32 in two 16-byte stores, bf16 (rounded to
+// nearest even) in one.
+__device__ __forceinline__ void store8(float* dst, const float (&s)[8]) {
+  reinterpret_cast<float4*>(dst)[0] = make_float4(s[0], s[1], s[2], s[3]);
+  reinterpret_cast<float4*>(dst)[1] = make_float4(s[4], s[5], s[6], s[7]);
+}
+__device__ __forceinline__ void store8(uint16_t* dst, const float (&s)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(s[2 * i], s[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Step 6. y[t] = sum over slots j in order of route_w[t, j] * ypair[t * k +
 // j] (GEMM2's bf16 rows, one per pair), in fp32. Block (t, b) takes 8-column
 // groups [b, b + 1) * kCombineThreads of token t, one a thread, whose k
@@ -79,9 +96,10 @@ sm90_pack_activations(const uint16_t* __restrict__ x, int H, int topk, const int
 // (A block walking a token's H with one slot's load at a time made up to 3k
 // round trips a thread: 4% of 20b T = 512, docs/PERF.md s54.) No atomics: the
 // sum's order is fixed.
+template <typename Out>
 __global__ void __launch_bounds__(kCombineThreads)
 sm90_combine(const uint16_t* __restrict__ ypair, const float* __restrict__ route_w, int k, int H,
-             float* __restrict__ y) {
+             Out* __restrict__ y) {
   smxx::wait_for_previous_kernels();  // GEMM2's rows
   smxx::allow_next_kernel();
   const int64_t tok = blockIdx.x;
@@ -107,9 +125,7 @@ sm90_combine(const uint16_t* __restrict__ ypair, const float* __restrict__ route
         s[2 * i + 1] = fmaf(wj[j], f.y, s[2 * i + 1]);
       }
     }
-    float4* const dst = reinterpret_cast<float4*>(y + tok * H) + 2 * c;
-    dst[0] = make_float4(s[0], s[1], s[2], s[3]);
-    dst[1] = make_float4(s[4], s[5], s[6], s[7]);
+    store8(y + tok * H + 8 * c, s);
   }
 }
 
@@ -153,9 +169,9 @@ Status check_args(const DeviceWeights& dw, const Config& cfg, const ForwardArgs&
         kTailChunk, kTileRows));
   if (T * k >= (int64_t(1) << 31) / 2)
     return Status::Unsupported(fmt::format("sm90: tokens * topk = {} too large", T * k));
-  if (!a.x || !a.y) return Status::InvalidArgument("sm90: null x or y");
-  if (const std::string_view m = smxx::misaligned_arg(a); !m.empty())
-    return Status::InvalidArgument(fmt::format("sm90: {} must be 16-byte aligned", m));
+  if (!a.x || (!a.y && !a.y_bf16)) return Status::InvalidArgument("sm90: null x or y");
+  if (const std::string_view m = smxx::forward_arg_error(a, H); !m.empty())
+    return Status::InvalidArgument(fmt::format("sm90: {}", m));
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
     return Status::InvalidArgument("sm90: pass both topk ids and weights, or neither");
   if (w.swizzle != WeightSwizzle::kMmaRowTiles128 || w.w13_layout != W13Layout::kInterleavedChunkOrder)
@@ -219,16 +235,20 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
   const smxx::Schedule sch = smxx::schedule_in(workspace, l);
-  const int32_t* ids = a.topk_ids;
-  const float* rweights = a.topk_weights;
-  if (!ids) {
+  // The router's routing, or the caller's with ids outside [0, E) made
+  // harmless (launch_check_routing); either way in the schedule's arrays.
+  const int64_t x_stride = smxx::x_row_stride(a, H);
+  if (a.topk_ids) {
+    MXMOE_RETURN_IF_ERROR(smxx::launch_check_routing(a.topk_ids, a.topk_weights, T * k, E, sch.ids, sch.weights,
+                                                     overlap, stream, kWho));
+  } else {
     if (!w.router_weight || !w.router_bias)
       return Status::InvalidArgument("sm90: no routing given and the weights have no router");
-    MXMOE_RETURN_IF_ERROR(smxx::launch_router_topk(a.x, T, H, w.router_weight, Hp, w.router_bias, E, k, sch.ids,
-                                                   sch.weights, overlap, stream, kWho));
-    ids = sch.ids;
-    rweights = sch.weights;
+    MXMOE_RETURN_IF_ERROR(smxx::launch_router_topk(a.x, T, H, x_stride, w.router_weight, Hp, w.router_bias, E, k,
+                                                   sch.ids, sch.weights, overlap, stream, kWho));
   }
+  const int32_t* ids = sch.ids;
+  const float* rweights = sch.weights;
   MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, tile, sch, overlap, stream, kWho));
 
   uint8_t* x_packed = static_cast<uint8_t*>(at(l.x_packed));
@@ -239,7 +259,7 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
         int(std::min<int64_t>((pack_tasks + kTasksPerBlock - 1) / kTasksPerBlock, int64_t(sms) * 16));
     MXMOE_RETURN_IF_ERROR(cuda_status(
         smxx::launch_kernel(sm90_pack_activations, dim3(unsigned(blocks)), dim3(kPackThreads), 0, stream, overlap,
-                            a.x, int(H), int(k), static_cast<const int32_t*>(sch.sorted_pair),
+                            a.x, int(H), x_stride, int(k), static_cast<const int32_t*>(sch.sorted_pair),
                             static_cast<const int32_t*>(sch.num_tiles), tile, int(Hp), x_packed, item_counters),
         "pack launch"));
   }
@@ -288,10 +308,12 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_sm90_mxfp4_gemm(g2, tile, false, grid2, overlap, stream), "GEMM2 launch"));
 
-  const unsigned column_blocks = unsigned((H / 8 + kCombineThreads - 1) / kCombineThreads);
-  return cuda_status(smxx::launch_kernel(sm90_combine, dim3(unsigned(T), column_blocks), dim3(kCombineThreads), 0,
-                                         stream, overlap,
-                                         static_cast<const uint16_t*>(ypair), rweights, int(k), int(H), a.y),
+  const dim3 grid(unsigned(T), unsigned((H / 8 + kCombineThreads - 1) / kCombineThreads));
+  const uint16_t* const rows = ypair;
+  return cuda_status(a.y ? smxx::launch_kernel(sm90_combine<float>, grid, dim3(kCombineThreads), 0, stream, overlap,
+                                               rows, rweights, int(k), int(H), a.y)
+                         : smxx::launch_kernel(sm90_combine<uint16_t>, grid, dim3(kCombineThreads), 0, stream,
+                                               overlap, rows, rweights, int(k), int(H), a.y_bf16),
                      "combine launch");
 }
 

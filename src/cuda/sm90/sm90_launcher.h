@@ -48,7 +48,7 @@ size_t workspace_bytes(const DeviceWeights& w, int64_t tokens, const Config& cfg
 
 // Enqueues the whole forward on `stream`. `workspace` must hold
 // workspace_bytes(w, tokens, cfg) bytes, 256-byte aligned; args.x and args.y
-// are 16-byte aligned (misaligned_arg). Call init_kernels
+// are 16-byte aligned (forward_arg_error). Call init_kernels
 // once before the first forward on the wgmma path.
 Status moe_forward(const DeviceWeights& w, const Config& cfg, const ForwardArgs& args, void* workspace,
                    size_t workspace_size, cudaStream_t stream);

@@ -1,0 +1,120 @@
+// The engine-facing MoE layer: weights prepared once for one device, then
+// forwards on that device's pointers, enqueued on the caller's stream.
+//
+// At weight-loading time (an engine's process_weights_after_loading):
+//   MoeLayer::create(view, {.backend = "auto", .device = rank_device}, &layer)
+//   workspace = alloc(layer->workspace_bytes(max_tokens))
+// At each forward:
+//   layer->forward({.x = x, .tokens = T, .y = y}, workspace, bytes, stream)
+//
+// Device layers (device >= 0): every pointer is memory of that CUDA device
+// (device or managed memory); the forward enqueues its kernels on `stream`
+// (a stream of that device; null means the legacy default stream) and
+// returns: no host synchronisation, no allocation, no host-to-device copy, so
+// it can be captured in a CUDA graph. The weights are copied (prepared) at
+// create: the view may be freed afterwards.
+// CPU layers (device = -1): every pointer is host memory, `stream` is ignored
+// and the forward runs to completion before it returns.
+//
+// Threads: a layer is immutable after create. Its const members may be called
+// from several threads at once, each with its own workspace (and, on a GPU,
+// its own stream or an order between them): a forward writes only y and the
+// workspace. Destroy the layer only once no forward using it is in flight.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mxmoe/backend.h"
+#include "mxmoe/moe.h"
+#include "mxmoe/status.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*: callers pass theirs as is
+
+namespace mxmoe {
+
+enum class OutputDtype { kBf16, kFp32 };
+
+struct LayerOptions {
+  // "auto" (MXMOE_BACKEND when set, else the dispatch table: mxmoe/dispatch.h)
+  // or a backend name ("cpu", "portable", "sm90", ...).
+  std::string backend = "auto";
+  // CUDA device index, or -1 for the CPU.
+  int device = -1;
+};
+
+struct LayerForwardArgs {
+  const uint16_t* x = nullptr;  // bf16 [tokens, H]; 16-byte aligned on a GPU
+  int64_t x_row_stride = 0;     // elements between rows of x; 0 means H. A multiple of 8, >= H
+  int64_t tokens = 0;           // T >= 0; T = 0 does nothing
+  // The caller's routing, dense [T, k]: expert ids and their weights (used
+  // as given: softmaxed or not). Both null: the layer's router runs on x.
+  // On the CPU an id outside [0, E) is an InvalidArgument. On a GPU it is
+  // checked by a kernel (a host check would need a synchronisation): each
+  // token with such an id gets a NaN row in y, and no other token changes.
+  const int32_t* topk_ids = nullptr;
+  const float* topk_weights = nullptr;
+  void* y = nullptr;            // [T, H] dense, of y_dtype; 16-byte aligned on a GPU
+  OutputDtype y_dtype = OutputDtype::kBf16;
+};
+
+class MoeLayer {
+ public:
+  // Validates the weights (shape, extents, no 0xFF scale, finite biases and
+  // router) and prepares them for the chosen backend on options.device.
+  // Errors name the option, tensor or value at fault: an unknown backend, a
+  // backend that cannot run on that device (Unsupported, with the reason), a
+  // device that does not exist.
+  static Status create(const MoeWeightsView& weights, const LayerOptions& options,
+                       std::unique_ptr<MoeLayer>* out);
+
+  virtual ~MoeLayer() = default;
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
+
+  BackendKind backend() const { return backend_; }
+  // One line: "<backend>: <why it was chosen>" (dispatch's reason).
+  const std::string& backend_reason() const { return reason_; }
+  int device() const { return device_; }  // -1: the CPU
+  const MoeShape& shape() const { return shape_; }
+  bool has_router() const { return has_router_; }  // false: every forward needs routing
+
+  // Workspace bytes that serve any forward of 1..max_tokens tokens (host work
+  // proportional to max_tokens: call it once, at set-up).
+  size_t workspace_bytes(int64_t max_tokens) const;
+  // Workspace bytes a forward of exactly `tokens` tokens needs (cheap; at most
+  // workspace_bytes(tokens)).
+  virtual size_t forward_workspace_bytes(int64_t tokens) const = 0;
+
+  // y = MoE(x). `workspace` holds at least forward_workspace_bytes(tokens)
+  // bytes, 256-byte aligned; its contents need not be kept between calls.
+  // Errors (nothing is enqueued then) name the argument: null, misaligned or
+  // wrongly placed pointers (host memory for a device layer, another
+  // device's memory), a row stride below H, a workspace too small for T,
+  // routing given by half.
+  virtual Status forward(const LayerForwardArgs& args, void* workspace, size_t workspace_size,
+                         CUstream_st* stream) const = 0;
+
+ protected:
+  MoeLayer(BackendKind backend, std::string reason, int device, const MoeShape& shape, bool has_router)
+      : backend_(backend), reason_(std::move(reason)), device_(device), shape_(shape), has_router_(has_router) {}
+  // The checks every layer makes before its own (routing given by half, a
+  // missing router, null x or y, T < 0).
+  Status check_common(const LayerForwardArgs& args) const;
+
+ private:
+  BackendKind backend_;
+  std::string reason_;
+  int device_;
+  MoeShape shape_;
+  bool has_router_;
+};
+
+// Rejects weights whose values would poison every output they touch: an E8M0
+// scale byte 0xFF (NaN) in w13 or w2, or an Inf/NaN router weight, router
+// bias or expert bias. Names the tensor, expert, row and block or entry.
+Status validate_weight_values(const MoeWeightsView& weights);
+
+}  // namespace mxmoe

@@ -1,0 +1,14 @@
+// The CPU MoeLayer: the reference forward on host pointers.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mxmoe/layer.h"
+
+namespace mxmoe {
+
+// Copies the weights (the layer owns them) and serves forwards on the host.
+Status create_cpu_layer(std::string reason, const MoeWeightsView& weights, std::unique_ptr<MoeLayer>* out);
+
+}  // namespace mxmoe

@@ -1,0 +1,17 @@
+// The CUDA side of MoeLayer::create (src/cuda/common/device_layer.cpp), in
+// builds with CUDA.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mxmoe/layer.h"
+
+namespace mxmoe {
+
+// A layer of GPU backend `kind` on CUDA device `device`, which dispatch has
+// found able to run it; `reason` is dispatch's.
+Status create_device_layer(BackendKind kind, std::string reason, int device, const MoeWeightsView& weights,
+                           std::unique_ptr<MoeLayer>* out);
+
+}  // namespace mxmoe

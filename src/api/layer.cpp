@@ -1,0 +1,62 @@
+// MoeLayer::create: validation, the dispatch decision for the layer's device,
+// and the CPU or CUDA layer behind it; the checks every layer shares.
+#include "mxmoe/layer.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "api/cpu_layer.h"
+#include "mxmoe/dispatch.h"
+#ifdef MXMOE_WITH_CUDA
+#include "api/device_layer.h"
+#endif
+
+namespace mxmoe {
+
+Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& options, std::unique_ptr<MoeLayer>* out) {
+  if (!out) return Status::InvalidArgument("layer: null output");
+  if (options.device < -1)
+    return Status::InvalidArgument(fmt::format("layer: device {} is neither a CUDA device index nor -1 (the CPU)",
+                                               options.device));
+  MXMOE_RETURN_IF_ERROR(validate_weight_values(weights));
+  if ((weights.router_weight == nullptr) != (weights.router_bias == nullptr))
+    return Status::InvalidArgument("layer: router weight and bias must be given together (or neither)");
+  DispatchResult pick;
+  MXMOE_RETURN_IF_ERROR(
+      choose_backend(dispatch_input_for_device(options.backend, weights.shape, options.device), &pick));
+  if (pick.backend == BackendKind::kCpu) {
+    if (options.device >= 0)
+      return Status::Unsupported(
+          fmt::format("layer: no GPU backend can run on CUDA device {} ({})", options.device, pick.reason));
+    return create_cpu_layer(pick.reason, weights, out);
+  }
+#ifdef MXMOE_WITH_CUDA
+  return create_device_layer(pick.backend, pick.reason, options.device, weights, out);
+#else
+  return Status::Unsupported(fmt::format("layer: {} needs CUDA, which this build has not", backend_name(pick.backend)));
+#endif
+}
+
+size_t MoeLayer::workspace_bytes(int64_t max_tokens) const {
+  // The backends' tile choices change with T, so a smaller T can need more
+  // bytes than a larger one: the maximum over every T.
+  size_t most = 0;
+  for (int64_t t = 1; t <= max_tokens; ++t) most = std::max(most, forward_workspace_bytes(t));
+  return most;
+}
+
+Status MoeLayer::check_common(const LayerForwardArgs& a) const {
+  const char* who = backend_name(backend_);
+  if (a.tokens < 0) return Status::InvalidArgument(fmt::format("{}: tokens = {} is negative", who, a.tokens));
+  if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
+    return Status::InvalidArgument(fmt::format("{}: topk_ids and topk_weights must be given together", who));
+  if (!a.topk_ids && !has_router_)
+    return Status::InvalidArgument(fmt::format("{}: no routing given and the weights have no router", who));
+  if (a.y_dtype != OutputDtype::kBf16 && a.y_dtype != OutputDtype::kFp32)
+    return Status::InvalidArgument(fmt::format("{}: y_dtype is neither bf16 nor fp32", who));
+  if (a.tokens > 0 && (!a.x || !a.y)) return Status::InvalidArgument(fmt::format("{}: null {}", who, !a.x ? "x" : "y"));
+  return Status::Ok();
+}
+
+}  // namespace mxmoe

@@ -1,0 +1,136 @@
+// The CUDA MoeLayer: a backend's DeviceForward over weights uploaded to one
+// device, behind the checks an engine's call needs (where each pointer lives,
+// the workspace's size for T) and a guard that launches on the layer's device.
+#include "api/device_layer.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "cuda/common/device_backend.h"
+#include "cuda/portable/portable_backend.h"
+#include "mxmoe/prepare.h"
+#ifdef MXMOE_WITH_SM90
+#include "cuda/sm90/sm90_backend.h"
+#endif
+
+namespace mxmoe {
+namespace {
+
+// Makes `device` current for the guard's scope (kernels launch on the
+// current device) and restores the caller's.
+class DeviceGuard {
+ public:
+  Status enter(int device, const char* who) {
+    cudaError_t err = cudaGetDevice(&previous_);
+    if (err == cudaSuccess && previous_ != device) {
+      err = cudaSetDevice(device);
+      switched_ = err == cudaSuccess;
+    }
+    return smxx::cuda_status(err, who, "select the layer's device");
+  }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+class DeviceLayer final : public MoeLayer {
+ public:
+  DeviceLayer(BackendKind kind, std::string reason, int device, const MoeShape& shape, bool has_router,
+              std::unique_ptr<smxx::DeviceForward> forward)
+      : MoeLayer(kind, std::move(reason), device, shape, has_router), forward_(std::move(forward)) {}
+
+  ~DeviceLayer() override {
+    DeviceGuard guard;  // the weights are freed on their device
+    (void)guard.enter(device(), who());
+    forward_.reset();
+  }
+
+  size_t forward_workspace_bytes(int64_t tokens) const override {
+    return tokens > 0 ? forward_->workspace_bytes(tokens) : 0;
+  }
+
+  Status forward(const LayerForwardArgs& a, void* workspace, size_t workspace_size,
+                 CUstream_st* stream) const override {
+    MXMOE_RETURN_IF_ERROR(check_common(a));
+    const int64_t T = a.tokens;
+    if (T == 0) return Status::Ok();
+    MXMOE_RETURN_IF_ERROR(check_on_device("x", a.x));
+    MXMOE_RETURN_IF_ERROR(check_on_device("y", a.y));
+    MXMOE_RETURN_IF_ERROR(check_on_device("workspace", workspace));
+    if (a.topk_ids) {
+      MXMOE_RETURN_IF_ERROR(check_on_device("topk_ids", a.topk_ids));
+      MXMOE_RETURN_IF_ERROR(check_on_device("topk_weights", a.topk_weights));
+    }
+    const size_t need = forward_->workspace_bytes(T);
+    if (workspace_size < need)
+      return Status::InvalidArgument(fmt::format(
+          "{}: workspace of {} bytes, a forward of {} tokens needs {} (size it with workspace_bytes(max_tokens))",
+          who(), workspace_size, T, need));
+    DeviceGuard guard;
+    MXMOE_RETURN_IF_ERROR(guard.enter(device(), who()));
+    smxx::ForwardArgs f;
+    f.x = a.x;
+    f.x_stride = a.x_row_stride;
+    f.tokens = T;
+    f.topk_ids = a.topk_ids;
+    f.topk_weights = a.topk_weights;
+    if (a.y_dtype == OutputDtype::kFp32) f.y = static_cast<float*>(a.y);
+    else f.y_bf16 = static_cast<uint16_t*>(a.y);
+    return forward_->forward(f, workspace, workspace_size, stream);
+  }
+
+ private:
+  const char* who() const { return backend_name(backend()); }
+
+  // `ptr` must be memory of the layer's device: device memory (cudaMalloc,
+  // a framework's caching allocator) or managed memory. Host memory, even
+  // pinned and mapped, is refused: the kernels would read it over PCIe.
+  Status check_on_device(const char* name, const void* ptr) const {
+    cudaPointerAttributes attr{};
+    const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // not sticky; leave no error behind for the caller
+      return Status::InvalidArgument(
+          fmt::format("{}: {} ({}) is not CUDA memory: {}", who(), name, ptr, cudaGetErrorString(err)));
+    }
+    if (attr.type == cudaMemoryTypeManaged) return Status::Ok();
+    if (attr.type != cudaMemoryTypeDevice)
+      return Status::InvalidArgument(fmt::format("{}: {} ({}) is host memory; the layer is on CUDA device {}", who(),
+                                                 name, ptr, device()));
+    if (attr.device != device())
+      return Status::InvalidArgument(fmt::format("{}: {} ({}) is on CUDA device {}; the layer is on CUDA device {}",
+                                                 who(), name, ptr, attr.device, device()));
+    return Status::Ok();
+  }
+
+  std::unique_ptr<smxx::DeviceForward> forward_;
+};
+
+}  // namespace
+
+Status create_device_layer(BackendKind kind, std::string reason, int device, const MoeWeightsView& weights,
+                           std::unique_ptr<MoeLayer>* out) {
+  const char* who = backend_name(kind);
+  DeviceGuard guard;
+  MXMOE_RETURN_IF_ERROR(guard.enter(device, who));
+  PreparedWeights prep;
+  MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(kind, weights.shape), weights, &prep));
+  std::unique_ptr<smxx::DeviceForward> forward;
+  switch (kind) {
+    case BackendKind::kPortable: MXMOE_RETURN_IF_ERROR(portable::make_forward(prep, 0, &forward)); break;
+#ifdef MXMOE_WITH_SM90
+    case BackendKind::kSm90: MXMOE_RETURN_IF_ERROR(sm90::make_forward(prep, 0, {}, &forward)); break;
+#endif
+    default: return Status::Unsupported(fmt::format("{}: no device layer in this build", who));
+  }
+  const bool has_router = !prep.weights.router_weight.empty();
+  *out = std::make_unique<DeviceLayer>(kind, std::move(reason), device, weights.shape, has_router,
+                                       std::move(forward));
+  return Status::Ok();
+}
+
+}  // namespace mxmoe
