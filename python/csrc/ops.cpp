@@ -1,0 +1,119 @@
+// The op schema and its CPU kernel. The op adapts tensors to MoeLayer::forward
+// and does no arithmetic of its own.
+#include "ops.h"
+
+#include <stdexcept>
+#include <string>
+
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include "layer_registry.h"
+
+namespace mxmoe::python {
+namespace {
+
+using torch::headeronly::ScalarType;
+
+const char* dtype_name(ScalarType t) { return torch::headeronly::toString(t); }
+
+// -1 for a CPU tensor, else its CUDA device index.
+int device_of(const Tensor& t) { return t.is_cpu() ? -1 : int(t.get_device_index()); }
+
+std::string where(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
+
+void check_routing_tensor(const char* name, const Tensor& t, ScalarType dtype, int64_t T, int64_t k, int device) {
+  STD_TORCH_CHECK(t.scalar_type() == dtype, "mxmoe.forward: ", name, " must be ", dtype_name(dtype), ", got ",
+                  dtype_name(t.scalar_type()));
+  STD_TORCH_CHECK(t.dim() == 2 && t.size(0) == T && t.size(1) == k, "mxmoe.forward: ", name, " must be [", T, ", ",
+                  k, "]");
+  STD_TORCH_CHECK(t.is_contiguous(), "mxmoe.forward: ", name, " must be contiguous");
+  STD_TORCH_CHECK(device_of(t) == device, "mxmoe.forward: ", name, " is on ", where(device_of(t)), ", x on ",
+                  where(device));
+}
+
+}  // namespace
+
+void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights,
+             int64_t layer, Tensor& out, const std::optional<Tensor>& workspace, CUstream_st* stream) {
+  const auto l = find_layer(layer);
+  STD_TORCH_CHECK(l != nullptr, "mxmoe.forward: layer ", layer, " does not exist (released, or never created)");
+  const MoeShape& s = l->shape();
+  const int device = device_of(x);
+  STD_TORCH_CHECK(device == l->device(), "mxmoe.forward: x is on ", where(device), ", the layer on ",
+                  where(l->device()));
+  STD_TORCH_CHECK(x.scalar_type() == ScalarType::BFloat16, "mxmoe.forward: x must be bfloat16, got ",
+                  dtype_name(x.scalar_type()));
+  STD_TORCH_CHECK(x.dim() == 2 && x.size(1) == s.hidden, "mxmoe.forward: x must be [T, ", s.hidden, "]");
+  STD_TORCH_CHECK(x.stride(1) == 1, "mxmoe.forward: x's rows must be contiguous (stride 1 along H)");
+  const int64_t T = x.size(0);
+  STD_TORCH_CHECK(out.scalar_type() == ScalarType::BFloat16 || out.scalar_type() == ScalarType::Float,
+                  "mxmoe.forward: out must be bfloat16 or float32, got ", dtype_name(out.scalar_type()));
+  STD_TORCH_CHECK(out.dim() == 2 && out.size(0) == T && out.size(1) == s.hidden, "mxmoe.forward: out must be [",
+                  T, ", ", s.hidden, "]");
+  STD_TORCH_CHECK(out.is_contiguous(), "mxmoe.forward: out must be contiguous");
+  STD_TORCH_CHECK(device_of(out) == device, "mxmoe.forward: out is on ", where(device_of(out)), ", x on ",
+                  where(device));
+  STD_TORCH_CHECK(topk_ids.has_value() == topk_weights.has_value(),
+                  "mxmoe.forward: pass topk_ids and topk_weights together, or neither");
+  if (topk_ids) {
+    check_routing_tensor("topk_ids", *topk_ids, ScalarType::Int, T, s.topk, device);
+    check_routing_tensor("topk_weights", *topk_weights, ScalarType::Float, T, s.topk, device);
+  }
+  if (T == 0) return;
+  const size_t need = l->forward_workspace_bytes(T);
+  Tensor ws;
+  if (workspace) {
+    ws = *workspace;
+    STD_TORCH_CHECK(ws.scalar_type() == ScalarType::Byte && ws.is_contiguous(),
+                    "mxmoe.forward: workspace must be a contiguous uint8 tensor");
+    STD_TORCH_CHECK(device_of(ws) == device, "mxmoe.forward: workspace is on ", where(device_of(ws)), ", x on ",
+                    where(device));
+    STD_TORCH_CHECK(size_t(ws.numel()) >= need, "mxmoe.forward: workspace of ", ws.numel(), " bytes, ", T,
+                    " tokens need ", need);
+  } else {
+    const int64_t size[1] = {int64_t(need)};
+    ws = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(size, 1), ScalarType::Byte, std::nullopt,
+                              x.device());
+  }
+  LayerForwardArgs a;
+  a.x = static_cast<const uint16_t*>(x.const_data_ptr());
+  a.x_row_stride = x.stride(0);
+  a.tokens = T;
+  if (topk_ids) {
+    a.topk_ids = static_cast<const int32_t*>(topk_ids->const_data_ptr());
+    a.topk_weights = static_cast<const float*>(topk_weights->const_data_ptr());
+  }
+  a.y = out.mutable_data_ptr();
+  a.y_dtype = out.scalar_type() == ScalarType::Float ? OutputDtype::kFp32 : OutputDtype::kBf16;
+  if (device < 0 && topk_ids)  // host memory: the ids can be read here, and a bad one named as such
+    for (int64_t i = 0; i < T * s.topk; ++i)
+      if (a.topk_ids[i] < 0 || a.topk_ids[i] >= s.experts)
+        throw std::out_of_range("mxmoe.forward: topk_ids[" + std::to_string(i / s.topk) + ", " +
+                                std::to_string(i % s.topk) + "] = " + std::to_string(a.topk_ids[i]) +
+                                " is not an expert id in [0, " + std::to_string(s.experts) + ")");
+  const Status st = l->forward(a, ws.mutable_data_ptr(), size_t(ws.numel()), stream);
+  // std::invalid_argument reaches Python as ValueError, runtime_error as RuntimeError.
+  if (st.code() == StatusCode::kInvalidArgument) throw std::invalid_argument("mxmoe.forward: " + st.message());
+  STD_TORCH_CHECK(st.ok(), "mxmoe.forward: ", st.message());
+}
+
+namespace {
+
+void forward_cpu(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights,
+                 int64_t layer, Tensor& out, const std::optional<Tensor>& workspace) {
+  forward(x, topk_ids, topk_weights, layer, out, workspace, nullptr);
+}
+
+}  // namespace
+}  // namespace mxmoe::python
+
+STABLE_TORCH_LIBRARY(mxmoe, m) {
+  m.def(
+      "forward(Tensor x, Tensor? topk_ids, Tensor? topk_weights, int layer, Tensor(a!) out, "
+      "Tensor(b!)? workspace=None) -> ()");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(mxmoe, CPU, m) { m.impl("forward", TORCH_BOX(&mxmoe::python::forward_cpu)); }

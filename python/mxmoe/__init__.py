@@ -1,0 +1,25 @@
+"""mxmoe: GPT-OSS Mixture-of-Experts layers with MXFP4 expert weights.
+
+``mxmoe.MoE`` is the whole MLP block (router and experts) as a module;
+``mxmoe.info()`` says which backend runs where and why;
+``mxmoe.integrations.transformers.replace_experts`` puts ``MoE`` into a
+transformers GPT-OSS model. The ops under ``torch.ops.mxmoe`` (see
+``mxmoe.ops``) are what the module calls.
+"""
+import torch
+
+from . import _library, ops
+from .moe import MoE, _device_index
+
+__all__ = ["MoE", "info", "ops"]
+__version__ = "0.1.0"
+
+
+def info(device=None, *, backend="auto", experts=32, hidden=2880, intermediate=2880, topk=4):
+    """The dispatch table for a layer shape (default: gpt-oss-20b's) on ``device``.
+
+    Returns a dict: ``device`` (index, name, SM; None on the CPU),
+    ``compiled_archs``, ``backends`` (each: name, built, available, why
+    not), ``pick`` and ``reason`` (or ``error`` where ``backend`` cannot run).
+    """
+    return _library.dispatch_info((experts, hidden, intermediate, topk), _device_index(device), backend)

@@ -1,0 +1,1 @@
+"""Integrations of mxmoe into model libraries (``mxmoe.integrations.transformers``)."""

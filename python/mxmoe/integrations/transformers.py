@@ -1,0 +1,89 @@
+"""mxmoe in Hugging Face transformers' GPT-OSS models.
+
+``replace_experts(model)`` swaps every ``GptOssMLP`` (router and experts) of
+a ``GptOssForCausalLM`` / ``GptOssModel`` for an mxmoe layer on the device
+the block's weights are on.
+"""
+import torch
+from torch import nn
+
+from .. import _library
+from ..moe import MoE
+
+
+class GptOssMoE(nn.Module):
+    """Stands where ``GptOssMLP`` stood: ``forward(hidden_states)`` returns
+    ``(output, None)`` (the decoder layer keeps the first). The router runs
+    inside mxmoe, so ``output_router_logits`` has no logits to collect."""
+
+    def __init__(self, moe):
+        super().__init__()
+        self.moe = moe
+
+    def forward(self, hidden_states):
+        return self.moe(hidden_states), None
+
+
+def _mxfp4(w, name):
+    """float [E, N, K] -> blocks uint8 [E, N, K/32, 16], scales uint8 [E, N, K/32] (OCP rule)."""
+    e, n, k = w.shape
+    if k % 32:
+        raise ValueError(f"mxmoe: {name} has {k} columns along K, not a multiple of 32")
+    codes, scales = _library.quantize_mxfp4(w.detach().to("cpu", torch.float32).reshape(e * n, k).contiguous())
+    return codes.reshape(e, n, k // 32, 16), scales.reshape(e, n, k // 32)
+
+
+def _expert_tensors(experts):
+    """(gate_up_blocks, gate_up_scales, down_blocks, down_scales) of a GPT-OSS experts module."""
+    names = ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales")
+    held = [getattr(experts, n, None) for n in names]
+    if all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in held):
+        return held  # the checkpoint's MXFP4 bytes, as loaded
+    # Dequantised weights: gate_up_proj [E, H, 2I], down_proj [E, I, H].
+    gate_up = _mxfp4(experts.gate_up_proj.transpose(1, 2), "gate_up_proj")
+    down = _mxfp4(experts.down_proj.transpose(1, 2), "down_proj")
+    return (*gate_up, *down)
+
+
+def _is_gpt_oss_mlp(module):
+    return type(module).__name__ == "GptOssMLP" and hasattr(module, "router") and hasattr(module, "experts")
+
+
+def replace_experts(model, checkpoint=None, backend="auto"):
+    """Replaces every GPT-OSS MoE block of ``model`` with an mxmoe layer; returns how many.
+
+    With ``checkpoint`` (the model's folder or .safetensors file) the layers
+    take the exact MXFP4 bytes from it. Without, they come from the module:
+    its MXFP4 blocks and scales where it still holds them, otherwise its
+    dequantised expert weights are quantised to MXFP4 (OCP rule: scale =
+    floor(log2(amax)) - 2 per 32 along K). That gives back the original
+    bytes' values exactly when the weights were dequantised from MXFP4, as
+    transformers does when it loads a GPT-OSS checkpoint on a CPU or with
+    ``Mxfp4Config(dequantize=True)``; other weights are rounded to MXFP4.
+    Each layer is built on the device of its block's router weight.
+    """
+    decoder = getattr(model, "model", model)
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        raise ValueError("mxmoe: the model has no .layers (expected a transformers GPT-OSS model)")
+    config = getattr(model, "config", None)
+    replaced = 0
+    for i, layer in enumerate(layers):
+        mlp = getattr(layer, "mlp", None)
+        if not _is_gpt_oss_mlp(mlp):
+            continue
+        router, experts = mlp.router, mlp.experts
+        device = router.weight.device
+        topk = int(getattr(router, "top_k", getattr(config, "num_experts_per_tok", 4)))
+        if checkpoint is not None:
+            moe = MoE.from_checkpoint(checkpoint, i, backend=backend, device=device, topk=topk)
+        else:
+            gu_blocks, gu_scales, down_blocks, down_scales = _expert_tensors(experts)
+            moe = MoE.from_tensors(router.weight, router.bias, gu_blocks, gu_scales, experts.gate_up_proj_bias,
+                                   down_blocks, down_scales, experts.down_proj_bias, topk=topk,
+                                   swiglu_alpha=float(getattr(experts, "alpha", 1.702)),
+                                   swiglu_limit=float(getattr(experts, "limit", 7.0)),  # what its forward clamps at
+                                   backend=backend, device=device)
+        layer.mlp = GptOssMoE(moe)
+        replaced += 1
+    return replaced

@@ -1,0 +1,181 @@
+"""``mxmoe.MoE``: the GPT-OSS MLP block (router and MXFP4 experts) as a module."""
+import torch
+from torch import nn
+
+from . import _library, ops  # noqa: F401  (ops registers the fake kernel)
+
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _device_index(device):
+    """The layer's device as mxmoe numbers it: a CUDA index, or -1 for the CPU."""
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cpu":
+        return -1
+    if device.type != "cuda":
+        raise ValueError(f"mxmoe: device must be a CUDA device or the CPU, got {device}")
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
+def _check(name, t, dtype, shape):
+    """Raises TypeError / ValueError naming `name` unless t is a tensor of `dtype` (None: any float) and `shape`."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"mxmoe: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if dtype is None and not t.is_floating_point():
+        raise TypeError(f"mxmoe: {name} must be a floating-point tensor, got {t.dtype}")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"mxmoe: {name} must be {dtype}, got {t.dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"mxmoe: {name} must have shape {list(shape)}, got {list(t.shape)}")
+
+
+def _host(t, dtype=None):
+    return t.detach().to(device="cpu", dtype=dtype or t.dtype).contiguous()
+
+
+class _Layer:
+    """Owns one layer handle of the compiled library; releases it when collected."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __del__(self):
+        _library.release_layer(self.handle)
+
+
+class MoE(nn.Module):
+    """The GPT-OSS MoE block: ``y = sum_k w_k (W2_e (SwiGLU(W13_e x + b13_e)) + b2_e)``.
+
+    Build one with :meth:`from_checkpoint` or :meth:`from_tensors`; the
+    weights are validated (shapes, NaN scales, non-finite biases), prepared
+    for the chosen backend and copied to the layer's device once, so the
+    tensors given may be freed afterwards. The module holds no parameters:
+    the layer stays on the device it was built for (``.to()`` does not move
+    it; build another).
+
+    Attributes: ``backend`` (e.g. "sm90"), ``backend_reason`` (why dispatch
+    chose it), ``device``, ``num_experts``, ``hidden_size``,
+    ``intermediate_size``, ``top_k``.
+    """
+
+    def __init__(self, handle):
+        super().__init__()
+        self._owner = _Layer(handle)
+        self._layer = handle
+        info = _library.layer_info(handle)
+        self.backend = info["backend"]
+        self.backend_reason = info["reason"]
+        self.device = torch.device("cpu") if info["device"] < 0 else torch.device("cuda", info["device"])
+        self.num_experts = info["experts"]
+        self.hidden_size = info["hidden"]
+        self.intermediate_size = info["intermediate"]
+        self.top_k = info["topk"]
+        self.has_router = info["has_router"]
+
+    @classmethod
+    def from_checkpoint(cls, path, layer, *, backend="auto", device=None, topk=None):
+        """Layer ``layer`` of a GPT-OSS safetensors checkpoint (a folder with config.json, or one file).
+
+        The checkpoint's MXFP4 bytes are used as they are; ``topk`` overrides
+        the config's. ``device`` defaults to the current CUDA device, or the
+        CPU where there is none.
+        """
+        if not isinstance(layer, int) or layer < 0:
+            raise ValueError(f"mxmoe: layer must be a non-negative int, got {layer!r}")
+        return cls(_library.create_layer_from_checkpoint(str(path), layer, topk, backend, _device_index(device)))
+
+    @classmethod
+    def from_tensors(cls, router_weight, router_bias, gate_up_blocks, gate_up_scales, gate_up_bias, down_blocks,
+                     down_scales, down_bias, *, topk=4, swiglu_alpha=1.702, swiglu_limit=7.0, backend="auto",
+                     device=None):
+        """One layer from tensors in the Hugging Face GPT-OSS checkpoint layout (any device).
+
+        ``gate_up_blocks`` uint8 [E, 2I, H/32, 16] and ``gate_up_scales`` uint8
+        [E, 2I, H/32] (rows interleaved: 2j gate, 2j+1 up), ``gate_up_bias``
+        [E, 2I]; ``down_blocks`` uint8 [E, H, I/32, 16], ``down_scales`` uint8
+        [E, H, I/32], ``down_bias`` [E, H]; ``router_weight`` [E, H] and
+        ``router_bias`` [E], or both None (every forward then needs routing).
+        Biases and router are used in bf16, as the checkpoints store them.
+        """
+        if not isinstance(gate_up_blocks, torch.Tensor) or gate_up_blocks.dim() != 4:
+            raise ValueError("mxmoe: gate_up_blocks must be a uint8 tensor [E, 2I, H/32, 16]")
+        e, i2, hb, _ = gate_up_blocks.shape
+        h, i = hb * 32, i2 // 2
+        _check("gate_up_blocks", gate_up_blocks, torch.uint8, (e, 2 * i, h // 32, 16))
+        _check("gate_up_scales", gate_up_scales, torch.uint8, (e, 2 * i, h // 32))
+        _check("gate_up_bias", gate_up_bias, None, (e, 2 * i))
+        _check("down_blocks", down_blocks, torch.uint8, (e, h, i // 32, 16))
+        _check("down_scales", down_scales, torch.uint8, (e, h, i // 32))
+        _check("down_bias", down_bias, None, (e, h))
+        if (router_weight is None) != (router_bias is None):
+            raise ValueError("mxmoe: give router_weight and router_bias together, or neither")
+        if router_weight is not None:
+            _check("router_weight", router_weight, None, (e, h))
+            _check("router_bias", router_bias, None, (e,))
+        if not isinstance(topk, int) or not 1 <= topk <= e:
+            raise ValueError(f"mxmoe: topk must be an int in [1, {e}], got {topk!r}")
+        bf16 = torch.bfloat16
+        host = [
+            None if router_weight is None else _host(router_weight, bf16),
+            None if router_bias is None else _host(router_bias, bf16),
+            _host(gate_up_blocks), _host(gate_up_scales), _host(gate_up_bias, bf16),
+            _host(down_blocks), _host(down_scales), _host(down_bias, bf16),
+        ]
+        handle = _library.create_layer(host, (e, h, i, topk), (float(swiglu_alpha), float(swiglu_limit)), backend,
+                                       _device_index(device))
+        return cls(handle)
+
+    def forward(self, x, topk_ids=None, topk_weights=None):
+        """``y = MoE(x)`` for x [..., H] in bf16, fp16 or fp32; y has x's shape and dtype.
+
+        With ``topk_ids`` [..., k] (int32 or int64) and ``topk_weights``
+        [..., k] (floats), the caller's routing is used as given instead of
+        the router's. On a GPU an id outside [0, E) makes its token's row
+        NaN (the check runs on the device, without a synchronisation); on the
+        CPU it raises IndexError.
+        """
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"mxmoe: x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in _FLOATS:
+            raise TypeError(f"mxmoe: x must be bfloat16, float16 or float32, got {x.dtype}")
+        if x.dim() < 1 or x.shape[-1] != self.hidden_size:
+            raise ValueError(f"mxmoe: x must be [..., {self.hidden_size}], got {list(x.shape)}")
+        if x.device != self.device:
+            raise ValueError(f"mxmoe: x is on {x.device}, the layer on {self.device}")
+        if (topk_ids is None) != (topk_weights is None):
+            raise ValueError("mxmoe: give topk_ids and topk_weights together, or neither")
+        if topk_ids is None and not self.has_router:
+            raise ValueError("mxmoe: this layer has no router: pass topk_ids and topk_weights")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.hidden_size).to(torch.bfloat16)
+        # The kernels read rows 16 bytes at a time: a contiguous last axis, rows 8 elements apart,
+        # and (eagerly; compiled graphs allocate aligned) the first row 16-byte aligned.
+        if x2.stride(-1) != 1 or x2.stride(0) % 8 != 0 or (
+                not torch.compiler.is_compiling() and x2.storage_offset() % 8 != 0):
+            x2 = x2.clone(memory_format=torch.contiguous_format)
+        ids = weights = None
+        if topk_ids is not None:
+            routing_shape = (*lead, self.top_k)
+            for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+                if not isinstance(t, torch.Tensor):
+                    raise TypeError(f"mxmoe: {name} must be a torch.Tensor, got {type(t).__name__}")
+                if tuple(t.shape) != routing_shape:
+                    raise ValueError(f"mxmoe: {name} must have shape {list(routing_shape)}, got {list(t.shape)}")
+                if t.device != self.device:
+                    raise ValueError(f"mxmoe: {name} is on {t.device}, the layer on {self.device}")
+            if topk_ids.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"mxmoe: topk_ids must be int32 or int64, got {topk_ids.dtype}")
+            if not topk_weights.is_floating_point():
+                raise TypeError(f"mxmoe: topk_weights must be floating point, got {topk_weights.dtype}")
+            ids = topk_ids.reshape(-1, self.top_k).to(torch.int32).contiguous()
+            weights = topk_weights.reshape(-1, self.top_k).to(torch.float32).contiguous()
+        out = torch.empty(x2.shape, dtype=torch.bfloat16 if x.dtype == torch.bfloat16 else torch.float32,
+                          device=x.device)
+        torch.ops.mxmoe.forward(x2, ids, weights, self._layer, out)
+        return out.to(x.dtype).reshape(x.shape)
+
+    def extra_repr(self):
+        return (f"experts={self.num_experts}, hidden={self.hidden_size}, intermediate={self.intermediate_size}, "
+                f"top_k={self.top_k}, backend={self.backend}, device={self.device}")

@@ -1,0 +1,23 @@
+"""The torch ops (``torch.ops.mxmoe``) with their fake kernels.
+
+``forward(x, topk_ids, topk_weights, layer, out, workspace=None)`` writes
+``out`` (bf16 or fp32 [T, H]) = the layer's MoE of ``x`` (bf16 [T, H], rows
+contiguous) on the current stream of x's device; ``topk_ids`` (int32) and
+``topk_weights`` (fp32) [T, k] are the caller's routing, or both None to run
+the layer's router. ``workspace`` (uint8) is the caller's scratch; None takes
+it from torch's allocator. Nothing synchronises, so the op records into
+CUDA graphs.
+"""
+import torch
+
+from . import _library  # noqa: F401  (registers the ops)
+
+
+@torch.library.register_fake("mxmoe::forward")
+def _forward_fake(x, topk_ids, topk_weights, layer, out, workspace=None):
+    return None
+
+
+def forward(x, topk_ids, topk_weights, layer, out, workspace=None):
+    torch.ops.mxmoe.forward(x, topk_ids, topk_weights, layer, out, workspace)
+    return out
