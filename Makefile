@@ -3,13 +3,20 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 MXMOE := $(BUILD)/mxmoe
+# The Python test environment; the build compiles the torch op when it exists.
+VENV := $(BUILD)/venv
+PY := $(VENV)/bin/python
 
-.PHONY: deps configure build run test
+.PHONY: deps venv configure build run test
 deps:
 	@scripts/install-deps.sh
 
+venv:
+	@scripts/python-env.sh $(VENV)
+
 configure: deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  $(if $(wildcard $(PY)),-DMXMOE_PYTHON=$(abspath $(PY))) $(CMAKE_FLAGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -23,7 +30,12 @@ run: build
 	$(MXMOE) bench --model gpt-oss-20b --quick --json $(BUILD)/bench.json
 
 # CPU tests always run; GPU tests skip (and say so) where no GPU is present.
-# First 60 s of fuzzing the safetensors header parser (clang, own build dir).
-test: build
+# First 60 s of fuzzing the safetensors header parser (clang, own build dir),
+# then the C++ tests, then the package installed into the venv from the same
+# build folder (pyproject.toml's build-dir) and its pytest suite.
+test: venv
+	$(MAKE) build
 	scripts/fuzz.sh 60
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	$(PY) -m pip install -q --no-build-isolation --no-deps .
+	cd tests/python && ../../$(PY) -m pytest -q -rs -p no:cacheprovider .

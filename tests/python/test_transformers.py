@@ -1,0 +1,75 @@
+"""replace_experts on a small GPT-OSS model written by the test: MXFP4 experts in a safetensors
+checkpoint in the HF layout, loaded by transformers (which dequantises them), logits with mxmoe
+against transformers' own float32 forward."""
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+from transformers import GptOssForCausalLM, Mxfp4Config  # noqa: E402
+
+from mxmoe.integrations.transformers import GptOssMoE, replace_experts  # noqa: E402
+from tiny_gpt_oss import write_tiny_gpt_oss  # noqa: E402
+
+LAYERS = 3
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gpt_oss")
+    write_tiny_gpt_oss(path, layers=LAYERS, hidden=64, intermediate=96, experts=8, topk=2, vocab=128, seed=5)
+    return path
+
+
+def load(path, device):
+    """transformers' model in float32; its expert weights (kept bf16 by the loader) upcast, so the
+    reference forward runs in float32 throughout on the same values."""
+    model = GptOssForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                              quantization_config=Mxfp4Config(dequantize=True))
+    for layer in model.model.layers:
+        for name in ("gate_up_proj", "down_proj"):
+            p = getattr(layer.mlp.experts, name)
+            p.data = p.data.float()
+    return model.to(device).eval()
+
+
+def rel_l2(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return float(torch.linalg.norm(a - b) / torch.linalg.norm(b))
+
+
+@pytest.mark.parametrize("source", ["checkpoint", "module"])
+def test_logits_match_transformers(checkpoint, device, source):
+    ids = torch.randint(0, 120, (2, 11), generator=torch.Generator().manual_seed(9)).to(device)
+    ref_model = load(checkpoint, device)
+    with torch.no_grad():
+        ref = ref_model(ids).logits
+    model = load(checkpoint, device)
+    n = replace_experts(model, checkpoint=checkpoint if source == "checkpoint" else None)
+    assert n == LAYERS
+    assert all(isinstance(layer.mlp, GptOssMoE) for layer in model.model.layers)
+    with torch.no_grad():
+        got = model(ids).logits
+    assert torch.linalg.norm(ref) > 0
+    err = rel_l2(got, ref)
+    assert err <= 1e-2, f"logits rel L2 {err:.3g}"
+
+
+def test_quantising_dequantised_weights_is_exact(checkpoint):
+    """Without a checkpoint the module's dequantised experts are quantised again: the bytes' values
+    come back exactly (the OCP scale rule inverts the dequantisation)."""
+    from mxmoe.integrations.transformers import _expert_tensors
+    from tiny_gpt_oss import mxfp4_decode
+    model = load(checkpoint, "cpu")
+    experts = model.model.layers[0].mlp.experts
+    gu_blocks, gu_scales, down_blocks, down_scales = _expert_tensors(experts)
+    gate_up = torch.from_numpy(mxfp4_decode(gu_blocks.numpy(), gu_scales.numpy())).transpose(1, 2)
+    down = torch.from_numpy(mxfp4_decode(down_blocks.numpy(), down_scales.numpy())).transpose(1, 2)
+    assert torch.equal(gate_up, experts.gate_up_proj.float())
+    assert torch.equal(down, experts.down_proj.float())
+    assert np.count_nonzero(gate_up.numpy()) > 0
+
+
+def test_rejects_other_models():
+    with pytest.raises(ValueError, match="no .layers"):
+        replace_experts(torch.nn.Linear(2, 2))
