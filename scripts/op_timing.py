@@ -1,0 +1,85 @@
+"""The torch op on a GPU: the host time of one eager call (T = 1) and the time per forward under
+CUDA-graph replay (T = 1, 64, 4096, routing rotated over 8 sets so L2 does not hold the experts),
+for gpt-oss-20b-shaped synthetic weights on the portable and sm90 backends."""
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import mxmoe
+
+E, H, I, K = 32, 2880, 2880, 4
+SETS = 8
+
+
+def weights(seed=0):
+    rng = np.random.default_rng(seed)
+    t = lambda a: torch.from_numpy(a)
+    bf16 = lambda shape, std: torch.from_numpy(rng.normal(0, std, shape).astype(np.float32)).to(torch.bfloat16)
+    return dict(router_weight=bf16((E, H), H ** -0.5), router_bias=bf16((E,), 0.1),
+                gate_up_blocks=t(rng.integers(0, 256, (E, 2 * I, H // 32, 16), dtype=np.uint8)),
+                gate_up_scales=t(rng.integers(119, 124, (E, 2 * I, H // 32), dtype=np.uint8)),
+                gate_up_bias=bf16((E, 2 * I), 0.1),
+                down_blocks=t(rng.integers(0, 256, (E, H, I // 32, 16), dtype=np.uint8)),
+                down_scales=t(rng.integers(119, 124, (E, H, I // 32), dtype=np.uint8)),
+                down_bias=bf16((E, H), 0.1))
+
+
+def main():
+    w = weights()
+    for backend in ("portable", "sm90"):
+        moe = mxmoe.MoE.from_tensors(**w, topk=K, backend=backend, device="cuda")
+        # Host overhead of one eager call at T = 1: the wall time of enqueueing, GPU not waited for.
+        x = torch.randn(1, H, device="cuda", dtype=torch.bfloat16)
+        for _ in range(20):
+            moe(x)
+        torch.cuda.synchronize()
+        host = []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            moe(x)
+            host.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+        print(f"{backend}: eager host time per call at T=1: median {statistics.median(host):.1f} us")
+        for T in (1, 64, 4096):
+            x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+            g = torch.Generator().manual_seed(T)
+            ids = [torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).int().cuda()
+                   for _ in range(SETS)]
+            wts = [torch.softmax(torch.randn(T, K, generator=g), -1).cuda() for _ in range(SETS)]
+            out = torch.empty(T, H, device="cuda", dtype=torch.bfloat16)
+            ws = torch.empty(moe_ws_bytes(moe, T), device="cuda", dtype=torch.uint8)
+            stream = torch.cuda.Stream()
+            graphs = []
+            with torch.cuda.stream(stream):
+                for i in range(SETS):  # warm the allocator and kernels outside capture
+                    torch.ops.mxmoe.forward(x, ids[i], wts[i], moe._layer, out, ws)
+                for i in range(SETS):
+                    gr = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(gr, stream=stream):
+                        torch.ops.mxmoe.forward(x, ids[i], wts[i], moe._layer, out, ws)
+                    graphs.append(gr)
+            for _ in range(3):
+                for gr in graphs:
+                    gr.replay()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(20):
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for gr in graphs:
+                    gr.replay()
+                e1.record()
+                e1.synchronize()
+                times.append(e0.elapsed_time(e1) * 1e3 / SETS)
+            print(f"{backend}: graph replay T={T}: median {statistics.median(times):.1f} us per forward")
+
+
+def moe_ws_bytes(moe, T):
+    # Generous: the op checks the size it needs and names it when short.
+    return 256 << 20
+
+
+if __name__ == "__main__":
+    main()

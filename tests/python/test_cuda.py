@@ -1,0 +1,74 @@
+"""The op on CUDA as engines drive it: on a side stream, captured in a CUDA graph and replayed,
+and under torch.compile(mode="reduce-overhead") (CUDA graphs made by torch). Skips without a GPU."""
+import pytest
+import torch
+
+from test_moe import H, K, E, SEED, Block, layer_tensors, make_moe, rel_l2
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU test skipped: torch sees no CUDA device")
+
+
+@pytest.fixture(scope="module", params=["portable", "sm90", "auto"])
+def moe(request):
+    if request.param == "sm90" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm90 needs an SM90 GPU")
+    _, t = layer_tensors()
+    return make_moe(t, "cuda", backend=request.param)
+
+
+def test_side_stream(moe):
+    x = torch.randn(300, H, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).cuda()
+    ref = moe(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # work queued behind other work on the side stream
+            y = moe(x * 1)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(y, ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 700])
+def test_graph_capture_and_replay(moe, tokens):
+    g = torch.Generator().manual_seed(SEED + tokens)
+    x = torch.randn(tokens, H, generator=g).to(torch.bfloat16).cuda()
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(tokens)]).int().cuda()
+    w = torch.softmax(torch.randn(tokens, K, generator=g), -1).cuda()
+    eager = moe(x, topk_ids=ids, topk_weights=w)
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        moe(static_x, topk_ids=ids, topk_weights=w)  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(graph):
+        static_y = moe(static_x, topk_ids=ids, topk_weights=w)
+    x2 = torch.randn(tokens, H, generator=g).to(torch.bfloat16).cuda()
+    static_x.copy_(x2)
+    graph.replay()
+    torch.testing.assert_close(static_y, moe(x2, topk_ids=ids, topk_weights=w), rtol=0, atol=0)
+    static_x.copy_(x)
+    graph.replay()
+    torch.testing.assert_close(static_y, eager, rtol=0, atol=0)
+
+
+def test_compile_reduce_overhead(moe):
+    block = Block(moe).cuda()
+    x = torch.randn(4, 9, H, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).cuda()
+    with torch.no_grad():
+        eager = block(x)
+        torch._dynamo.reset()
+        compiled = torch.compile(block, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):
+            y = compiled(x)
+    assert rel_l2(y.float().cpu(), eager.float().cpu()) <= 1e-2
+
+
+def test_bf16_output_rounds_the_fp32_one(moe):
+    x = torch.randn(33, H, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).cuda()
+    out32 = torch.empty(33, H, device="cuda")
+    out16 = torch.empty(33, H, device="cuda", dtype=torch.bfloat16)
+    torch.ops.mxmoe.forward(x, None, None, moe._layer, out32)
+    torch.ops.mxmoe.forward(x, None, None, moe._layer, out16)
+    torch.testing.assert_close(out16, out32.to(torch.bfloat16), rtol=0, atol=0)
