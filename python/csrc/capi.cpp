@@ -78,6 +78,12 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer_from_checkpoin
   return create(v, backend, device, error, error_size);  // the layer copies: the mapping may go
 }
 
+// Workspace bytes that serve any forward of 1..max_tokens tokens (-1: unknown handle).
+__attribute__((visibility("default"))) int64_t mxmoe_layer_workspace_bytes(int64_t handle, int64_t max_tokens) {
+  const auto layer = mxmoe::python::find_layer(handle);
+  return layer ? int64_t(layer->workspace_bytes(max_tokens)) : -1;
+}
+
 __attribute__((visibility("default"))) void mxmoe_release_layer(int64_t handle) {
   mxmoe::python::release_layer(handle);
 }

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
@@ -17,7 +18,23 @@ namespace {
 
 using torch::headeronly::ScalarType;
 
-const char* dtype_name(ScalarType t) { return torch::headeronly::toString(t); }
+std::string dtype_name(ScalarType t) { return torch::headeronly::toString(t); }
+
+// The message's pieces joined: strings as they are, integers in decimal.
+// (Not through an ostream: under a CUDA torch, formatting an integer with the
+// ostream in STD_TORCH_CHECK's message crashed the process, 2026-12-01.)
+inline std::string piece(const std::string& s) { return s; }
+inline std::string piece(const char* s) { return s; }
+template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
+std::string piece(Int v) { return std::to_string(v); }
+template <typename... Parts>
+std::string cat(const Parts&... parts) { return (std::string() + ... + piece(parts)); }
+
+// A caller's mistake: ValueError in Python (std::invalid_argument).
+template <typename... Parts>
+void check(bool ok, const Parts&... parts) {
+  if (!ok) throw std::invalid_argument(cat(parts...));
+}
 
 // -1 for a CPU tensor, else its CUDA device index.
 int device_of(const Tensor& t) { return t.is_cpu() ? -1 : int(t.get_device_index()); }
@@ -25,12 +42,12 @@ int device_of(const Tensor& t) { return t.is_cpu() ? -1 : int(t.get_device_index
 std::string where(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
 
 void check_routing_tensor(const char* name, const Tensor& t, ScalarType dtype, int64_t T, int64_t k, int device) {
-  STD_TORCH_CHECK(t.scalar_type() == dtype, "mxmoe.forward: ", name, " must be ", dtype_name(dtype), ", got ",
+  check(t.scalar_type() == dtype, "mxmoe.forward: ", name, " must be ", dtype_name(dtype), ", got ",
                   dtype_name(t.scalar_type()));
-  STD_TORCH_CHECK(t.dim() == 2 && t.size(0) == T && t.size(1) == k, "mxmoe.forward: ", name, " must be [", T, ", ",
+  check(t.dim() == 2 && t.size(0) == T && t.size(1) == k, "mxmoe.forward: ", name, " must be [", T, ", ",
                   k, "]");
-  STD_TORCH_CHECK(t.is_contiguous(), "mxmoe.forward: ", name, " must be contiguous");
-  STD_TORCH_CHECK(device_of(t) == device, "mxmoe.forward: ", name, " is on ", where(device_of(t)), ", x on ",
+  check(t.is_contiguous(), "mxmoe.forward: ", name, " must be contiguous");
+  check(device_of(t) == device, "mxmoe.forward: ", name, " is on ", where(device_of(t)), ", x on ",
                   where(device));
 }
 
@@ -39,24 +56,24 @@ void check_routing_tensor(const char* name, const Tensor& t, ScalarType dtype, i
 void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights,
              int64_t layer, Tensor& out, const std::optional<Tensor>& workspace, CUstream_st* stream) {
   const auto l = find_layer(layer);
-  STD_TORCH_CHECK(l != nullptr, "mxmoe.forward: layer ", layer, " does not exist (released, or never created)");
+  check(l != nullptr, "mxmoe.forward: layer ", layer, " does not exist (released, or never created)");
   const MoeShape& s = l->shape();
   const int device = device_of(x);
-  STD_TORCH_CHECK(device == l->device(), "mxmoe.forward: x is on ", where(device), ", the layer on ",
+  check(device == l->device(), "mxmoe.forward: x is on ", where(device), ", the layer on ",
                   where(l->device()));
-  STD_TORCH_CHECK(x.scalar_type() == ScalarType::BFloat16, "mxmoe.forward: x must be bfloat16, got ",
+  check(x.scalar_type() == ScalarType::BFloat16, "mxmoe.forward: x must be bfloat16, got ",
                   dtype_name(x.scalar_type()));
-  STD_TORCH_CHECK(x.dim() == 2 && x.size(1) == s.hidden, "mxmoe.forward: x must be [T, ", s.hidden, "]");
-  STD_TORCH_CHECK(x.stride(1) == 1, "mxmoe.forward: x's rows must be contiguous (stride 1 along H)");
+  check(x.dim() == 2 && x.size(1) == s.hidden, "mxmoe.forward: x must be [T, ", s.hidden, "]");
+  check(x.stride(1) == 1, "mxmoe.forward: x's rows must be contiguous (stride 1 along H)");
   const int64_t T = x.size(0);
-  STD_TORCH_CHECK(out.scalar_type() == ScalarType::BFloat16 || out.scalar_type() == ScalarType::Float,
+  check(out.scalar_type() == ScalarType::BFloat16 || out.scalar_type() == ScalarType::Float,
                   "mxmoe.forward: out must be bfloat16 or float32, got ", dtype_name(out.scalar_type()));
-  STD_TORCH_CHECK(out.dim() == 2 && out.size(0) == T && out.size(1) == s.hidden, "mxmoe.forward: out must be [",
+  check(out.dim() == 2 && out.size(0) == T && out.size(1) == s.hidden, "mxmoe.forward: out must be [",
                   T, ", ", s.hidden, "]");
-  STD_TORCH_CHECK(out.is_contiguous(), "mxmoe.forward: out must be contiguous");
-  STD_TORCH_CHECK(device_of(out) == device, "mxmoe.forward: out is on ", where(device_of(out)), ", x on ",
+  check(out.is_contiguous(), "mxmoe.forward: out must be contiguous");
+  check(device_of(out) == device, "mxmoe.forward: out is on ", where(device_of(out)), ", x on ",
                   where(device));
-  STD_TORCH_CHECK(topk_ids.has_value() == topk_weights.has_value(),
+  check(topk_ids.has_value() == topk_weights.has_value(),
                   "mxmoe.forward: pass topk_ids and topk_weights together, or neither");
   if (topk_ids) {
     check_routing_tensor("topk_ids", *topk_ids, ScalarType::Int, T, s.topk, device);
@@ -67,11 +84,11 @@ void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::
   Tensor ws;
   if (workspace) {
     ws = *workspace;
-    STD_TORCH_CHECK(ws.scalar_type() == ScalarType::Byte && ws.is_contiguous(),
+    check(ws.scalar_type() == ScalarType::Byte && ws.is_contiguous(),
                     "mxmoe.forward: workspace must be a contiguous uint8 tensor");
-    STD_TORCH_CHECK(device_of(ws) == device, "mxmoe.forward: workspace is on ", where(device_of(ws)), ", x on ",
+    check(device_of(ws) == device, "mxmoe.forward: workspace is on ", where(device_of(ws)), ", x on ",
                     where(device));
-    STD_TORCH_CHECK(size_t(ws.numel()) >= need, "mxmoe.forward: workspace of ", ws.numel(), " bytes, ", T,
+    check(size_t(ws.numel()) >= need, "mxmoe.forward: workspace of ", ws.numel(), " bytes, ", T,
                     " tokens need ", need);
   } else {
     const int64_t size[1] = {int64_t(need)};
@@ -91,13 +108,12 @@ void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::
   if (device < 0 && topk_ids)  // host memory: the ids can be read here, and a bad one named as such
     for (int64_t i = 0; i < T * s.topk; ++i)
       if (a.topk_ids[i] < 0 || a.topk_ids[i] >= s.experts)
-        throw std::out_of_range("mxmoe.forward: topk_ids[" + std::to_string(i / s.topk) + ", " +
-                                std::to_string(i % s.topk) + "] = " + std::to_string(a.topk_ids[i]) +
-                                " is not an expert id in [0, " + std::to_string(s.experts) + ")");
+        throw std::out_of_range(cat("mxmoe.forward: topk_ids[", i / s.topk, ", ", i % s.topk, "] = ", a.topk_ids[i],
+                                    " is not an expert id in [0, ", s.experts, ")"));
   const Status st = l->forward(a, ws.mutable_data_ptr(), size_t(ws.numel()), stream);
   // std::invalid_argument reaches Python as ValueError, runtime_error as RuntimeError.
   if (st.code() == StatusCode::kInvalidArgument) throw std::invalid_argument("mxmoe.forward: " + st.message());
-  STD_TORCH_CHECK(st.ok(), "mxmoe.forward: ", st.message());
+  if (!st.ok()) throw std::runtime_error("mxmoe.forward: " + st.message());
 }
 
 namespace {

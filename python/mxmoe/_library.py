@@ -23,6 +23,8 @@ _lib.mxmoe_create_layer_from_checkpoint.restype = _i64
 _lib.mxmoe_create_layer_from_checkpoint.argtypes = [_str, _i64, _i64, _str, _int, *_ERROR]
 _lib.mxmoe_release_layer.restype = None
 _lib.mxmoe_release_layer.argtypes = [_i64]
+_lib.mxmoe_layer_workspace_bytes.restype = _i64
+_lib.mxmoe_layer_workspace_bytes.argtypes = [_i64, _i64]
 _lib.mxmoe_layer_info.restype = _i64
 _lib.mxmoe_layer_info.argtypes = [_i64, ctypes.c_char_p, ctypes.c_size_t]
 _lib.mxmoe_dispatch_info.restype = _i64
@@ -69,6 +71,10 @@ def create_layer_from_checkpoint(path, layer, topk, backend, device):
 
 def release_layer(handle):
     _lib.mxmoe_release_layer(handle)
+
+
+def layer_workspace_bytes(handle, max_tokens):
+    return _lib.mxmoe_layer_workspace_bytes(handle, max_tokens)
 
 
 def layer_info(handle):

@@ -127,6 +127,13 @@ class MoE(nn.Module):
                                        _device_index(device))
         return cls(handle)
 
+    def workspace_bytes(self, max_tokens):
+        """Bytes of a uint8 workspace that serves ``torch.ops.mxmoe.forward`` for up to ``max_tokens``
+        tokens (allocate it once, outside a CUDA graph, and pass it as ``workspace``)."""
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"mxmoe: max_tokens must be a non-negative int, got {max_tokens!r}")
+        return _library.layer_workspace_bytes(self._layer, max_tokens)
+
     def forward(self, x, topk_ids=None, topk_weights=None):
         """``y = MoE(x)`` for x [..., H] in bf16, fp16 or fp32; y has x's shape and dtype.
 

@@ -54,7 +54,7 @@ def test_graph_capture_and_replay(moe, tokens):
 
 
 def test_compile_reduce_overhead(moe):
-    block = Block(moe).cuda()
+    block = Block(moe).to(device="cuda", dtype=torch.bfloat16)
     x = torch.randn(4, 9, H, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).cuda()
     with torch.no_grad():
         eager = block(x)

@@ -174,7 +174,7 @@ class Block(torch.nn.Module):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_compiles_without_graph_breaks(layer, device, dtype):
     _, t = layer
-    block = Block(make_moe(t, device)).to(device)
+    block = Block(make_moe(t, device)).to(device=device, dtype=dtype)
     x = torch.randn(2, 7, H, generator=torch.Generator().manual_seed(SEED)).to(dtype).to(device)
     with torch.no_grad():
         eager = block(x)
@@ -265,3 +265,16 @@ def test_no_router_needs_routing(layer, device):
         moe(x)
     ids = torch.tensor([[0, 1], [2, 3]], device=device)
     assert torch.isfinite(moe(x, topk_ids=ids, topk_weights=torch.full((2, K), 0.5, device=device))).all()
+
+
+def test_workspace_bytes(layer, device):
+    _, t = layer
+    moe = make_moe(t, device)
+    assert moe.workspace_bytes(0) == 0
+    big = moe.workspace_bytes(64)
+    assert big >= moe.workspace_bytes(1) > 0
+    x = torch.randn(64, H, dtype=torch.bfloat16, device=device)
+    out = torch.empty(64, H, dtype=torch.bfloat16, device=device)
+    torch.ops.mxmoe.forward(x, None, None, moe._layer, out, torch.empty(big, dtype=torch.uint8, device=device))
+    with pytest.raises(ValueError, match="workspace of 16 bytes"):
+        torch.ops.mxmoe.forward(x, None, None, moe._layer, out, torch.empty(16, dtype=torch.uint8, device=device))
