@@ -44,6 +44,16 @@ TEST(CliCheckpoint, RunMatchesReferenceAndRefusesBadLayer) {
   EXPECT_EQ(y.data, ref);
   EXPECT_GT(testing::l2_norm(ref), 0.0);
 
+  // MXFP8 activations: the reference's MXFP8 mode on the same tensors, exactly.
+  ASSERT_EQ(run_cli(common + " --layer 1 --activations mxfp8 --check"), 0);
+  ASSERT_TRUE(read_npy_f32_matrix((dir.path / "y.npy").string(), 64, &y).ok());
+  ReferenceOptions mx;
+  mx.activations.format = ActivationFormat::kMxfp8;
+  std::vector<float> ref8(x.size());
+  ASSERT_TRUE(reference_forward(layers[1].view(), x.data(), 3, nullptr, ref8.data(), mx).ok());
+  EXPECT_EQ(y.data, ref8);
+  EXPECT_NE(ref8, ref);
+
   EXPECT_EQ(run_cli(common + " --layer 2"), 2) << "layer out of range";
   const auto wide = testing::random_floats(3 * 96, seed + 3);
   ASSERT_TRUE(write_npy_f32((dir.path / "x.npy").string(), wide.data(), {3, 96}).ok());

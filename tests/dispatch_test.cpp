@@ -167,6 +167,29 @@ TEST(Dispatch, AutoPicksSm90OnSm90AndPortableWhenForced) {
   EXPECT_EQ(r.backend, BackendKind::kPortable);
 }
 
+// MXFP8 activations: no GPU backend built today consumes them, so auto passes
+// over each with the reason and lands on cpu; a forced one is refused.
+TEST(Dispatch, Mxfp8ActivationsSkipTheBf16Backends) {
+  DispatchInput in = input(90, {"80", "90a"}, "auto");
+  in.activations = ActivationFormat::kMxfp8;
+  DispatchResult r;
+  ASSERT_TRUE(choose_backend(in, &r).ok());
+  EXPECT_EQ(r.backend, BackendKind::kCpu);
+  EXPECT_NE(r.reason.find("sm90 consumes bf16 activations, not mxfp8"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("portable consumes bf16 activations, not mxfp8"), std::string::npos) << r.reason;
+  in.override_name = "sm90";
+  const Status st = choose_backend(in, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("sm90 consumes bf16 activations, not mxfp8"), std::string::npos) << st.message();
+  std::string why;
+  EXPECT_FALSE(backend_available(BackendKind::kPortable, in, &why));
+  EXPECT_TRUE(backend_available(BackendKind::kCpu, in, &why));
+  EXPECT_EQ(check_activation_format(BackendKind::kPortable, ActivationFormat::kMxfp8).code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(check_activation_format(BackendKind::kCpu, ActivationFormat::kMxfp8).ok());
+  EXPECT_EQ(parse_activation_format("mxfp8"), ActivationFormat::kMxfp8);
+  EXPECT_EQ(parse_activation_format("fp8"), std::nullopt);
+}
+
 TEST(Dispatch, ArchCodeCompatibility) {
   EXPECT_TRUE(arch_code_runs_on("80", 80));
   EXPECT_TRUE(arch_code_runs_on("80", 86));

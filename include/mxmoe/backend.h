@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mxmoe/format.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/status.h"
 
@@ -21,7 +22,20 @@ inline constexpr BackendKind kAllBackends[] = {BackendKind::kCpu, BackendKind::k
 const char* backend_name(BackendKind kind);                        // "cpu", "portable", ...
 std::optional<BackendKind> parse_backend_name(std::string_view);  // not "auto"
 
+// What the expert GEMMs consume as activations: bf16 (x and the SwiGLU output
+// rounded to bf16), or MXFP8 (each quantized to E4M3 with one E8M0 scale per
+// 32 along K, before GEMM1 and before GEMM2; fp32 accumulation).
 enum class ActivationFormat { kBf16, kMxfp8 };
+const char* activation_format_name(ActivationFormat f);                  // "bf16", "mxfp8"
+std::optional<ActivationFormat> parse_activation_format(std::string_view);
+
+struct ActivationOptions {
+  ActivationFormat format = ActivationFormat::kBf16;
+  // MXFP8 scales: kTriton (2^ceil(log2(amax / 448)), the Blackwell engines'
+  // rule; elements round to nearest even, never clip) or kOcp (2^(floor(log2
+  // amax) - 8), elements saturate at +-448).
+  MxScaleRule mxfp8_scale_rule = MxScaleRule::kTriton;
+};
 
 // W13Layout (how w13's 2I rows are ordered) lives in mxmoe/moe.h, with the views.
 
@@ -78,5 +92,11 @@ class Backend {
 // preparation and, for GPU backends, uploads to the current device.
 Status create_backend(BackendKind kind, const MoeWeightsView& weights,
                       std::unique_ptr<Backend>* out);
+// The same with an activation format: a backend whose GEMMs do not consume
+// it answers Unsupported, naming the backends that do.
+Status create_backend(BackendKind kind, const MoeWeightsView& weights, const ActivationOptions& activations,
+                      std::unique_ptr<Backend>* out);
+// Unsupported unless `kind`'s GEMMs consume `format` (backend_info).
+Status check_activation_format(BackendKind kind, ActivationFormat format);
 
 }  // namespace mxmoe

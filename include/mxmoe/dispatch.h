@@ -41,6 +41,9 @@ struct DispatchInput {
   std::string no_device_reason;       // why there is no GPU, when known
   std::vector<std::string> compiled_archs;  // as compiled_cuda_archs() spells them
   WeightFormat weight_format = WeightFormat::kMxfp4;
+  // What the GEMMs must consume: a GPU backend of another format cannot run
+  // (the cpu backend computes either).
+  ActivationFormat activations = ActivationFormat::kBf16;
   MoeShape shape;
   std::string override_name = "auto";  // "auto" (or empty) or a backend name
   std::string override_source;         // where it came from, e.g. "--backend", "MXMOE_BACKEND"

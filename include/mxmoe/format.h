@@ -54,7 +54,9 @@ enum class MxScaleRule {
   // 8 for E4M3); elements then round-to-nearest-even and saturate.
   kOcp,
   // OpenAI triton_kernels quantizer: scale = 2^ceil(log2(amax / max_elem)), so no
-  // element ever exceeds max_elem (never clips).
+  // element ever exceeds max_elem (never clips). The rule the Blackwell engines
+  // quantize MXFP8 activations with (max_elem 448 for E4M3), and mxmoe's
+  // default for them (ActivationOptions).
   kTriton,
 };
 

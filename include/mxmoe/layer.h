@@ -43,6 +43,9 @@ struct LayerOptions {
   std::string backend = "auto";
   // CUDA device index, or -1 for the CPU.
   int device = -1;
+  // What the expert GEMMs consume; backends of another format are passed
+  // over (auto) or refused (forced). bf16: every backend; mxfp8: cpu today.
+  ActivationOptions activations;
 };
 
 struct LayerForwardArgs {
@@ -80,6 +83,7 @@ class MoeLayer {
   int device() const { return device_; }  // -1: the CPU
   const MoeShape& shape() const { return shape_; }
   bool has_router() const { return has_router_; }  // false: every forward needs routing
+  ActivationFormat activations() const { return activations_; }
 
   // Workspace bytes that serve any forward of 1..max_tokens tokens (host work
   // proportional to max_tokens: call it once, at set-up).
@@ -98,8 +102,10 @@ class MoeLayer {
                          CUstream_st* stream) const = 0;
 
  protected:
-  MoeLayer(BackendKind backend, std::string reason, int device, const MoeShape& shape, bool has_router)
-      : backend_(backend), reason_(std::move(reason)), device_(device), shape_(shape), has_router_(has_router) {}
+  MoeLayer(BackendKind backend, std::string reason, int device, const MoeShape& shape, bool has_router,
+           ActivationFormat activations = ActivationFormat::kBf16)
+      : backend_(backend), reason_(std::move(reason)), device_(device), shape_(shape), has_router_(has_router),
+        activations_(activations) {}
   // The checks every layer makes before its own (routing given by half, a
   // missing router, null x or y, T < 0).
   Status check_common(const LayerForwardArgs& args) const;
@@ -110,6 +116,7 @@ class MoeLayer {
   int device_;
   MoeShape shape_;
   bool has_router_;
+  ActivationFormat activations_;
 };
 
 // Rejects weights whose values would poison every output they touch: an E8M0

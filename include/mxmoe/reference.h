@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "mxmoe/backend.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/status.h"
 
@@ -13,6 +14,10 @@ namespace mxmoe {
 struct ReferenceOptions {
   bool fp64 = false;  // accumulate in double (tests); fp32 otherwise
   int threads = 0;    // 0 = all hardware threads
+  // kMxfp8: x (each token's row) and each pair's SwiGLU output are replaced by
+  // their MXFP8 values (E4M3, scales per `activations.mxfp8_scale_rule`)
+  // before the GEMM that reads them; the router still reads x as given.
+  ActivationOptions activations;
 };
 
 // Router: logits = x W^T + b (fp32 accumulate), top-k with ties to the lower id,

@@ -24,9 +24,14 @@ int64_t fail(const Status& st, char* error, size_t error_size) {
   return -int64_t(st.code());
 }
 
-int64_t create(const MoeWeightsView& v, const char* backend, int device, char* error, size_t error_size) {
+// activations: 0 bf16, 1 mxfp8; scale_rule: 0 ceil (kTriton), 1 OCP.
+int64_t create(const MoeWeightsView& v, const char* backend, int device, int activations, int scale_rule,
+               char* error, size_t error_size) {
+  LayerOptions o{.backend = backend ? backend : "auto", .device = device};
+  o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
+  o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;
   std::unique_ptr<MoeLayer> layer;
-  const Status st = MoeLayer::create(v, {.backend = backend ? backend : "auto", .device = device}, &layer);
+  const Status st = MoeLayer::create(v, o, &layer);
   if (!st.ok()) return fail(st, error, error_size);
   return python::register_layer(std::move(layer));
 }
@@ -49,7 +54,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer(
     const uint16_t* router_weight, const uint16_t* router_bias, const uint8_t* w13_codes, const uint8_t* w13_scales,
     const uint16_t* b13, const uint8_t* w2_codes, const uint8_t* w2_scales, const uint16_t* b2, int64_t experts,
     int64_t hidden, int64_t intermediate, int64_t topk, double swiglu_alpha, double swiglu_limit, const char* backend,
-    int device, char* error, size_t error_size) {
+    int device, int activations, int scale_rule, char* error, size_t error_size) {
   MoeWeightsView v;
   v.shape = {experts, hidden, intermediate, topk};
   v.swiglu = {float(swiglu_alpha), float(swiglu_limit)};
@@ -61,21 +66,21 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer(
   v.w2 = MxMatrixView::dense(w2_codes, w2_scales, experts, hidden, intermediate);
   v.b2 = b2;
   v.b2_expert_stride = hidden;
-  return create(v, backend, device, error, error_size);
+  return create(v, backend, device, activations, scale_rule, error, error_size);
 }
 
 // Layer `layer` of a GPT-OSS checkpoint (folder or .safetensors file); topk <= 0
 // keeps the checkpoint's.
 __attribute__((visibility("default"))) int64_t mxmoe_create_layer_from_checkpoint(
-    const char* path, int64_t layer, int64_t topk, const char* backend, int device, char* error,
-    size_t error_size) {
+    const char* path, int64_t layer, int64_t topk, const char* backend, int device, int activations, int scale_rule,
+    char* error, size_t error_size) {
   std::unique_ptr<Checkpoint> ckpt;
   Status st = Checkpoint::open(path, topk > 0 ? std::optional<int64_t>(topk) : std::nullopt, &ckpt);
   if (!st.ok()) return fail(st, error, error_size);
   MoeWeightsView v;
   st = ckpt->layer(layer, &v);
   if (!st.ok()) return fail(st, error, error_size);
-  return create(v, backend, device, error, error_size);  // the layer copies: the mapping may go
+  return create(v, backend, device, activations, scale_rule, error, error_size);  // the layer copies
 }
 
 // Workspace bytes that serve any forward of 1..max_tokens tokens (-1: unknown handle).
@@ -96,6 +101,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, 
   if (!layer) return -1;
   const MoeShape& s = layer->shape();
   return write_json({{"backend", backend_name(layer->backend())},
+                     {"activations", activation_format_name(layer->activations())},
                      {"reason", layer->backend_reason()},
                      {"device", layer->device()},
                      {"experts", s.experts},
@@ -112,9 +118,11 @@ __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, 
 // nothing can run).
 __attribute__((visibility("default"))) int64_t mxmoe_dispatch_info(int64_t experts, int64_t hidden,
                                                                    int64_t intermediate, int64_t topk, int device,
-                                                                   const char* backend, char* out, size_t out_size) {
+                                                                   const char* backend, int activations, char* out,
+                                                                   size_t out_size) {
   const MoeShape shape{experts, hidden, intermediate, topk};
-  const DispatchInput in = dispatch_input_for_device(backend ? backend : "auto", shape, device);
+  DispatchInput in = dispatch_input_for_device(backend ? backend : "auto", shape, device);
+  in.activations = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
   nlohmann::json j;
   j["device"] = in.device_sm ? nlohmann::json{{"index", in.device_index}, {"name", in.device_name},
                                               {"sm", *in.device_sm}}

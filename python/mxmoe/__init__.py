@@ -15,11 +15,12 @@ __all__ = ["MoE", "info", "ops"]
 __version__ = "0.1.0"
 
 
-def info(device=None, *, backend="auto", experts=32, hidden=2880, intermediate=2880, topk=4):
+def info(device=None, *, backend="auto", experts=32, hidden=2880, intermediate=2880, topk=4, activations="bf16"):
     """The dispatch table for a layer shape (default: gpt-oss-20b's) on ``device``.
 
     Returns a dict: ``device`` (index, name, SM; None on the CPU),
     ``compiled_archs``, ``backends`` (each: name, built, available, why
     not), ``pick`` and ``reason`` (or ``error`` where ``backend`` cannot run).
     """
-    return _library.dispatch_info((experts, hidden, intermediate, topk), _device_index(device), backend)
+    code, _ = _library.activation_codes(activations, "ceil")
+    return _library.dispatch_info((experts, hidden, intermediate, topk), _device_index(device), backend, code)

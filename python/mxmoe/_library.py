@@ -18,9 +18,9 @@ _lib = ctypes.CDLL(_PATH)  # the same loaded object: its C functions
 _i64, _int, _dbl, _ptr, _str = ctypes.c_int64, ctypes.c_int, ctypes.c_double, ctypes.c_void_p, ctypes.c_char_p
 _ERROR = (ctypes.c_char_p, ctypes.c_size_t)
 _lib.mxmoe_create_layer.restype = _i64
-_lib.mxmoe_create_layer.argtypes = [_ptr] * 8 + [_i64] * 4 + [_dbl, _dbl, _str, _int, *_ERROR]
+_lib.mxmoe_create_layer.argtypes = [_ptr] * 8 + [_i64] * 4 + [_dbl, _dbl, _str, _int, _int, _int, *_ERROR]
 _lib.mxmoe_create_layer_from_checkpoint.restype = _i64
-_lib.mxmoe_create_layer_from_checkpoint.argtypes = [_str, _i64, _i64, _str, _int, *_ERROR]
+_lib.mxmoe_create_layer_from_checkpoint.argtypes = [_str, _i64, _i64, _str, _int, _int, _int, *_ERROR]
 _lib.mxmoe_release_layer.restype = None
 _lib.mxmoe_release_layer.argtypes = [_i64]
 _lib.mxmoe_layer_workspace_bytes.restype = _i64
@@ -28,7 +28,7 @@ _lib.mxmoe_layer_workspace_bytes.argtypes = [_i64, _i64]
 _lib.mxmoe_layer_info.restype = _i64
 _lib.mxmoe_layer_info.argtypes = [_i64, ctypes.c_char_p, ctypes.c_size_t]
 _lib.mxmoe_dispatch_info.restype = _i64
-_lib.mxmoe_dispatch_info.argtypes = [_i64] * 4 + [_int, _str, ctypes.c_char_p, ctypes.c_size_t]
+_lib.mxmoe_dispatch_info.argtypes = [_i64] * 4 + [_int, _str, _int, ctypes.c_char_p, ctypes.c_size_t]
 _lib.mxmoe_quantize_mxfp4.restype = _i64
 _lib.mxmoe_quantize_mxfp4.argtypes = [_ptr, _i64, _i64, _ptr, _ptr, *_ERROR]
 
@@ -58,15 +58,28 @@ def _json(fn, *args):
         size = rc
 
 
-def create_layer(tensors, shape, swiglu, backend, device):
+_ACTIVATIONS = {"bf16": 0, "mxfp8": 1}
+_SCALE_RULES = {"ceil": 0, "ocp": 1}
+
+
+def activation_codes(activations, mxfp8_scale_rule):
+    """The C functions' numbers for an activation format and an MXFP8 scale rule."""
+    if activations not in _ACTIVATIONS:
+        raise ValueError(f"mxmoe: activations must be one of {list(_ACTIVATIONS)}, got {activations!r}")
+    if mxfp8_scale_rule not in _SCALE_RULES:
+        raise ValueError(f"mxmoe: mxfp8_scale_rule must be one of {list(_SCALE_RULES)}, got {mxfp8_scale_rule!r}")
+    return _ACTIVATIONS[activations], _SCALE_RULES[mxfp8_scale_rule]
+
+
+def create_layer(tensors, shape, swiglu, backend, device, activations):
     """A layer handle from dense host tensors (see mxmoe_create_layer)."""
     ptrs = [t.data_ptr() if t is not None else None for t in tensors]
-    return _call(_lib.mxmoe_create_layer, *ptrs, *shape, *swiglu, backend.encode(), device)
+    return _call(_lib.mxmoe_create_layer, *ptrs, *shape, *swiglu, backend.encode(), device, *activations)
 
 
-def create_layer_from_checkpoint(path, layer, topk, backend, device):
+def create_layer_from_checkpoint(path, layer, topk, backend, device, activations):
     return _call(_lib.mxmoe_create_layer_from_checkpoint, os.fsencode(path), layer, topk or 0, backend.encode(),
-                 device)
+                 device, *activations)
 
 
 def release_layer(handle):
@@ -81,8 +94,8 @@ def layer_info(handle):
     return _json(_lib.mxmoe_layer_info, handle)
 
 
-def dispatch_info(shape, device, backend):
-    return _json(_lib.mxmoe_dispatch_info, *shape, device, backend.encode())
+def dispatch_info(shape, device, backend, activations):
+    return _json(_lib.mxmoe_dispatch_info, *shape, device, backend.encode(), activations)
 
 
 def quantize_mxfp4(x):

@@ -67,6 +67,7 @@ class MoE(nn.Module):
         info = _library.layer_info(handle)
         self.backend = info["backend"]
         self.backend_reason = info["reason"]
+        self.activations = info["activations"]
         self.device = torch.device("cpu") if info["device"] < 0 else torch.device("cuda", info["device"])
         self.num_experts = info["experts"]
         self.hidden_size = info["hidden"]
@@ -75,21 +76,25 @@ class MoE(nn.Module):
         self.has_router = info["has_router"]
 
     @classmethod
-    def from_checkpoint(cls, path, layer, *, backend="auto", device=None, topk=None):
+    def from_checkpoint(cls, path, layer, *, backend="auto", device=None, topk=None, activations="bf16",
+                        mxfp8_scale_rule="ceil"):
         """Layer ``layer`` of a GPT-OSS safetensors checkpoint (a folder with config.json, or one file).
 
         The checkpoint's MXFP4 bytes are used as they are; ``topk`` overrides
         the config's. ``device`` defaults to the current CUDA device, or the
-        CPU where there is none.
+        CPU where there is none. ``activations`` and ``mxfp8_scale_rule`` as
+        in :meth:`from_tensors`.
         """
         if not isinstance(layer, int) or layer < 0:
             raise ValueError(f"mxmoe: layer must be a non-negative int, got {layer!r}")
-        return cls(_library.create_layer_from_checkpoint(str(path), layer, topk, backend, _device_index(device)))
+        codes = _library.activation_codes(activations, mxfp8_scale_rule)
+        return cls(_library.create_layer_from_checkpoint(str(path), layer, topk, backend, _device_index(device),
+                                                         codes))
 
     @classmethod
     def from_tensors(cls, router_weight, router_bias, gate_up_blocks, gate_up_scales, gate_up_bias, down_blocks,
                      down_scales, down_bias, *, topk=4, swiglu_alpha=1.702, swiglu_limit=7.0, backend="auto",
-                     device=None):
+                     device=None, activations="bf16", mxfp8_scale_rule="ceil"):
         """One layer from tensors in the Hugging Face GPT-OSS checkpoint layout (any device).
 
         ``gate_up_blocks`` uint8 [E, 2I, H/32, 16] and ``gate_up_scales`` uint8
@@ -98,6 +103,13 @@ class MoE(nn.Module):
         [E, H, I/32], ``down_bias`` [E, H]; ``router_weight`` [E, H] and
         ``router_bias`` [E], or both None (every forward then needs routing).
         Biases and router are used in bf16, as the checkpoints store them.
+
+        ``activations``: what the expert GEMMs consume, "bf16" (every
+        backend) or "mxfp8" (x and the SwiGLU output quantized to E4M3 with
+        one E8M0 scale per 32, scales by ``mxfp8_scale_rule``: "ceil",
+        2^ceil(log2(amax / 448)) as the Blackwell engines, or "ocp"); a
+        backend that cannot serve the format is passed over by "auto" and
+        refused when named.
         """
         if not isinstance(gate_up_blocks, torch.Tensor) or gate_up_blocks.dim() != 4:
             raise ValueError("mxmoe: gate_up_blocks must be a uint8 tensor [E, 2I, H/32, 16]")
@@ -123,8 +135,9 @@ class MoE(nn.Module):
             _host(gate_up_blocks), _host(gate_up_scales), _host(gate_up_bias, bf16),
             _host(down_blocks), _host(down_scales), _host(down_bias, bf16),
         ]
+        codes = _library.activation_codes(activations, mxfp8_scale_rule)
         handle = _library.create_layer(host, (e, h, i, topk), (float(swiglu_alpha), float(swiglu_limit)), backend,
-                                       _device_index(device))
+                                       _device_index(device), codes)
         return cls(handle)
 
     def workspace_bytes(self, max_tokens):

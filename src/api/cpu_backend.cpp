@@ -11,7 +11,7 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const MoeWeightsView& w) : w_(w) {}
+  CpuBackend(const MoeWeightsView& w, const ActivationOptions& a) : w_(w) { options_.activations = a; }
   BackendKind kind() const override { return BackendKind::kCpu; }
 
   Status forward_host(const float* x, int64_t tokens, const RoutingView* routing,
@@ -19,7 +19,7 @@ class CpuBackend final : public Backend {
     // As the GPU backends: a forward of no tokens is a caller's mistake here,
     // though the reference itself takes it as a no-op.
     if (tokens <= 0) return Status::InvalidArgument("cpu: tokens must be positive");
-    return reference_forward(w_, x, tokens, routing, y);
+    return reference_forward(w_, x, tokens, routing, y, options_);
   }
 
   Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed, double /*min_warmup_s*/,
@@ -34,7 +34,7 @@ class CpuBackend final : public Backend {
     for (int it = 0; it < std::max(iterations, 1); ++it) {
       const RoutingView r = sets[size_t(it) % sets.size()].view();
       const auto t0 = std::chrono::steady_clock::now();
-      MXMOE_RETURN_IF_ERROR(reference_forward(w_, x.data(), tokens, &r, y.data()));
+      MXMOE_RETURN_IF_ERROR(reference_forward(w_, x.data(), tokens, &r, y.data(), options_));
       times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(times.begin(), times.end());
@@ -48,13 +48,15 @@ class CpuBackend final : public Backend {
 
  private:
   MoeWeightsView w_;  // the caller keeps the weights alive
+  ReferenceOptions options_;
 };
 
 }  // namespace
 
-Status create_cpu_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out) {
+Status create_cpu_backend(const MoeWeightsView& weights, const ActivationOptions& activations,
+                          std::unique_ptr<Backend>* out) {
   MXMOE_RETURN_IF_ERROR(validate_weights(weights));
-  *out = std::make_unique<CpuBackend>(weights);
+  *out = std::make_unique<CpuBackend>(weights, activations);
   return Status::Ok();
 }
 

@@ -6,7 +6,8 @@
 
 namespace mxmoe {
 
-// The CPU reference (fp32) as a backend.
-Status create_cpu_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out);
+// The CPU reference (fp32) as a backend, with bf16 or MXFP8 activations.
+Status create_cpu_backend(const MoeWeightsView& weights, const ActivationOptions& activations,
+                          std::unique_ptr<Backend>* out);
 
 }  // namespace mxmoe

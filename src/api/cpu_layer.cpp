@@ -15,9 +15,11 @@ namespace {
 
 class CpuLayer final : public MoeLayer {
  public:
-  CpuLayer(std::string reason, PreparedWeights weights, bool has_router)
-      : MoeLayer(BackendKind::kCpu, std::move(reason), -1, weights.plan.shape, has_router),
-        weights_(std::move(weights)) {}
+  CpuLayer(std::string reason, PreparedWeights weights, bool has_router, const ActivationOptions& activations)
+      : MoeLayer(BackendKind::kCpu, std::move(reason), -1, weights.plan.shape, has_router, activations.format),
+        weights_(std::move(weights)) {
+    options_.activations = activations;
+  }
 
   // fp32 x [T, H] and fp32 y [T, H] (the latter unused for an fp32 y).
   size_t forward_workspace_bytes(int64_t tokens) const override {
@@ -42,7 +44,7 @@ class CpuLayer final : public MoeLayer {
       for (int64_t h = 0; h < H; ++h) x[t * H + h] = bf16_to_float(a.x[t * stride + h]);
     const RoutingView routing{a.topk_ids, a.topk_weights, T, k};
     MXMOE_RETURN_IF_ERROR(
-        reference_forward(weights_.view(), x, T, a.topk_ids ? &routing : nullptr, y32));
+        reference_forward(weights_.view(), x, T, a.topk_ids ? &routing : nullptr, y32, options_));
     if (a.y_dtype == OutputDtype::kBf16) {
       uint16_t* const y = static_cast<uint16_t*>(a.y);
       for (int64_t i = 0; i < T * H; ++i) y[i] = float_to_bf16(y32[i]);
@@ -52,15 +54,17 @@ class CpuLayer final : public MoeLayer {
 
  private:
   PreparedWeights weights_;  // the cpu plan's copy: dense, unpadded
+  ReferenceOptions options_;
 };
 
 }  // namespace
 
-Status create_cpu_layer(std::string reason, const MoeWeightsView& weights, std::unique_ptr<MoeLayer>* out) {
+Status create_cpu_layer(std::string reason, const MoeWeightsView& weights, const ActivationOptions& activations,
+                        std::unique_ptr<MoeLayer>* out) {
   PreparedWeights prep;
   MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(BackendKind::kCpu, weights.shape), weights, &prep));
   const bool has_router = !prep.weights.router_weight.empty();
-  *out = std::make_unique<CpuLayer>(std::move(reason), std::move(prep), has_router);
+  *out = std::make_unique<CpuLayer>(std::move(reason), std::move(prep), has_router, activations);
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 namespace mxmoe {
 
 // Copies the weights (the layer owns them) and serves forwards on the host.
-Status create_cpu_layer(std::string reason, const MoeWeightsView& weights, std::unique_ptr<MoeLayer>* out);
+Status create_cpu_layer(std::string reason, const MoeWeightsView& weights, const ActivationOptions& activations,
+                        std::unique_ptr<MoeLayer>* out);
 
 }  // namespace mxmoe

@@ -2,6 +2,7 @@
 
 #include "api/cpu_backend.h"
 #include "mxmoe/backend.h"
+#include "mxmoe/dispatch.h"
 #ifdef MXMOE_WITH_CUDA
 #include "cuda/portable/portable_backend.h"
 #endif
@@ -11,10 +12,25 @@
 
 namespace mxmoe {
 
+Status check_activation_format(BackendKind kind, ActivationFormat format) {
+  if (backend_info(kind).activation == format || kind == BackendKind::kCpu) return Status::Ok();
+  return Status::Unsupported(fmt::format(
+      "{}: its GEMMs consume {} activations, not {} (the cpu backend computes either; the Blackwell backends "
+      "sm100 and sm120 will take mxfp8)",
+      backend_name(kind), activation_format_name(backend_info(kind).activation), activation_format_name(format)));
+}
+
+Status create_backend(BackendKind kind, const MoeWeightsView& weights, const ActivationOptions& activations,
+                      std::unique_ptr<Backend>* out) {
+  MXMOE_RETURN_IF_ERROR(check_activation_format(kind, activations.format));
+  if (kind == BackendKind::kCpu) return create_cpu_backend(weights, activations, out);
+  return create_backend(kind, weights, out);
+}
+
 Status create_backend(BackendKind kind, const MoeWeightsView& weights,
                       std::unique_ptr<Backend>* out) {
   switch (kind) {
-    case BackendKind::kCpu: return create_cpu_backend(weights, out);
+    case BackendKind::kCpu: return create_cpu_backend(weights, ActivationOptions{}, out);
     case BackendKind::kPortable:
 #ifdef MXMOE_WITH_CUDA
       return create_portable_backend(weights, out);

@@ -22,14 +22,15 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
   MXMOE_RETURN_IF_ERROR(validate_weight_values(weights));
   if ((weights.router_weight == nullptr) != (weights.router_bias == nullptr))
     return Status::InvalidArgument("layer: router weight and bias must be given together (or neither)");
+  DispatchInput in = dispatch_input_for_device(options.backend, weights.shape, options.device);
+  in.activations = options.activations.format;
   DispatchResult pick;
-  MXMOE_RETURN_IF_ERROR(
-      choose_backend(dispatch_input_for_device(options.backend, weights.shape, options.device), &pick));
+  MXMOE_RETURN_IF_ERROR(choose_backend(in, &pick));
   if (pick.backend == BackendKind::kCpu) {
     if (options.device >= 0)
       return Status::Unsupported(
           fmt::format("layer: no GPU backend can run on CUDA device {} ({})", options.device, pick.reason));
-    return create_cpu_layer(pick.reason, weights, out);
+    return create_cpu_layer(pick.reason, weights, options.activations, out);
   }
 #ifdef MXMOE_WITH_CUDA
   return create_device_layer(pick.backend, pick.reason, options.device, weights, out);

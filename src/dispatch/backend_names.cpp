@@ -21,4 +21,14 @@ std::optional<BackendKind> parse_backend_name(std::string_view name) {
   return std::nullopt;
 }
 
+const char* activation_format_name(ActivationFormat f) {
+  return f == ActivationFormat::kMxfp8 ? "mxfp8" : "bf16";
+}
+
+std::optional<ActivationFormat> parse_activation_format(std::string_view name) {
+  for (ActivationFormat f : {ActivationFormat::kBf16, ActivationFormat::kMxfp8})
+    if (name == activation_format_name(f)) return f;
+  return std::nullopt;
+}
+
 }  // namespace mxmoe

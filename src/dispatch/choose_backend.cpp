@@ -84,6 +84,11 @@ bool check(BackendKind kind, const DispatchInput& in, std::string* why, std::str
     *why = fmt::format("{} is not built yet", name);
     return false;
   }
+  if (backend_info(kind).activation != in.activations) {
+    *why = fmt::format("{} consumes {} activations, not {}", name,
+                       activation_format_name(backend_info(kind).activation), activation_format_name(in.activations));
+    return false;
+  }
   const std::string code = code_for(kind, in.compiled_archs, sm);
   if (code.empty()) {
     *why = fmt::format("{} has no code that runs on SM{}: {}", name, sm, archs_words(in.compiled_archs));

@@ -81,6 +81,21 @@ void route(const MoeWeightsView& w, const float* x, int64_t tokens, Routing* out
   }
 }
 
+// Replaces x[0, n) (n % 32 == 0) by its MXFP8 value: E4M3 elements, one E8M0
+// scale per 32 by `rule`. A row holding NaN or Inf, which the quantizer
+// refuses, becomes all NaN, as it would poison a block on a GPU.
+template <typename Acc>
+void mxfp8_round_trip(Acc* x, int64_t n, MxScaleRule rule) {
+  std::vector<float> v(x, x + n), out(static_cast<size_t>(n));
+  std::vector<uint8_t> codes(static_cast<size_t>(n)), scales(static_cast<size_t>(n / kMxBlock));
+  if (!mxfp8_quantize_row(v.data(), n, codes.data(), scales.data(), rule)) {
+    std::fill(x, x + n, Acc(NAN));
+    return;
+  }
+  mxfp8_dequantize_row(codes.data(), scales.data(), n, out.data());
+  std::copy(out.begin(), out.end(), x);
+}
+
 // GPT-OSS SwiGLU on one gate/up pair.
 template <typename Acc>
 Acc swiglu(Acc gate, Acc up, const SwigluParams& p) {
@@ -91,9 +106,18 @@ Acc swiglu(Acc gate, Acc up, const SwigluParams& p) {
 }
 
 template <typename Acc>
-void experts_forward(const MoeWeightsView& w, const float* x, int64_t tokens, const RoutingView& r,
-                     float* y, int threads) {
+void experts_forward(const MoeWeightsView& w, const float* x_in, int64_t tokens, const RoutingView& r,
+                     float* y, int threads, const ActivationOptions& activations) {
   const int64_t E = w.shape.experts, H = w.shape.hidden, I = w.shape.intermediate, K = r.topk;
+  const bool mxfp8 = activations.format == ActivationFormat::kMxfp8;
+  // MXFP8: each token's x once, before any expert reads it.
+  std::vector<float> xq;
+  if (mxfp8) {
+    xq.assign(x_in, x_in + tokens * H);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) mxfp8_round_trip(xq.data() + t * H, H, activations.mxfp8_scale_rule);
+  }
+  const float* x = mxfp8 ? xq.data() : x_in;
 
   // Pairs (token, slot) grouped by expert, in token order within an expert.
   std::vector<std::vector<int64_t>> pairs(static_cast<size_t>(E));
@@ -127,6 +151,9 @@ void experts_forward(const MoeWeightsView& w, const float* x, int64_t tokens, co
         }
       }
     }
+    if (mxfp8)  // each pair's SwiGLU output, as GEMM2 reads it
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t i = 0; i < n; ++i) mxfp8_round_trip(act.data() + i * I, I, activations.mxfp8_scale_rule);
     // GEMM2 + bias, unweighted; the routing weight is applied in the combine.
 #pragma omp parallel num_threads(threads)
     {
@@ -183,8 +210,8 @@ Status reference_forward(const MoeWeightsView& w, const float* x, int64_t tokens
     MXMOE_RETURN_IF_ERROR(reference_route(w, x, tokens, &computed, opt));
     r = computed.view();
   }
-  if (opt.fp64) experts_forward<double>(w, x, tokens, r, y, thread_count(opt));
-  else experts_forward<float>(w, x, tokens, r, y, thread_count(opt));
+  if (opt.fp64) experts_forward<double>(w, x, tokens, r, y, thread_count(opt), opt.activations);
+  else experts_forward<float>(w, x, tokens, r, y, thread_count(opt), opt.activations);
   return Status::Ok();
 }
 

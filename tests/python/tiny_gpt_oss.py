@@ -60,10 +60,12 @@ def hf_expert_weights(layer):
     return np.ascontiguousarray(gate_up), np.ascontiguousarray(down)
 
 
-def reference_mlp(x, layer, topk, idx=None, scores=None):
+def reference_mlp(x, layer, topk, idx=None, scores=None, quantize=None):
     """numpy float64 reference of GptOssMLP.forward for x [T, H] -> (out [T, H], scores [T, k], idx [T, k]).
 
-    With idx and scores [T, k] given, that routing is used instead of the router's. Exact logit ties
+    With idx and scores [T, k] given, that routing is used instead of the router's. ``quantize``
+    (a function of a 1-D array) is applied to each token's x before the experts and to each
+    SwiGLU output before the down projection (the router reads x as given). Exact logit ties
     are broken lowest-index-first here; torch.topk does not promise that order."""
     x = np.asarray(x, dtype=np.float64)
     gate_up, down = (w.astype(np.float64) for w in hf_expert_weights(layer))
@@ -74,13 +76,15 @@ def reference_mlp(x, layer, topk, idx=None, scores=None):
         scores = np.exp(top - top.max(-1, keepdims=True))
         scores /= scores.sum(-1, keepdims=True)
     out = np.zeros_like(x)
+    q = quantize or (lambda v: v)
     for t in range(x.shape[0]):
+        xt = q(x[t])
         for j in range(topk):
             e = idx[t, j]
-            h = x[t] @ gate_up[e] + layer["gate_up_proj_bias"][e]
+            h = xt @ gate_up[e] + layer["gate_up_proj_bias"][e]
             gate = np.minimum(h[0::2], SWIGLU_LIMIT)
             up = np.clip(h[1::2], -SWIGLU_LIMIT, SWIGLU_LIMIT)
-            act = (up + 1.0) * gate / (1.0 + np.exp(-SWIGLU_ALPHA * gate))
+            act = q((up + 1.0) * gate / (1.0 + np.exp(-SWIGLU_ALPHA * gate)))
             out[t] += scores[t, j] * (act @ down[e] + layer["down_proj_bias"][e])
     return out, scores, idx
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "activation_options.h"
 #include "bench_parallel.h"
 #include "commands.h"
 #include "mxmoe/device.h"
@@ -33,6 +34,7 @@ struct BenchOptions {
   double power_s = 0;   // GPU: seconds of replays after the timings over which the board's power is read (0: none)
   std::string json, png;
   int tp = 0, ep = 0;  // ranks of a multi-GPU layer, against one GPU (0: none)
+  ActivationChoice activations;
 };
 
 int fail(const Status& s) {
@@ -81,7 +83,8 @@ int run(const BenchOptions& o) {
       continue;
     }
     DispatchResult choice;
-    if (Status s = choose_backend_for_this_process(o.backend, shape, &choice); !s.ok()) return fail(s);
+    const ActivationOptions act = o.activations.options();
+    if (Status s = choose_backend_for(o.backend, shape, act, &choice); !s.ok()) return fail(s);
     const BackendKind kind = choice.backend;
     const std::string& reason = choice.reason;
     std::vector<int64_t> tokens = o.tokens;
@@ -93,7 +96,7 @@ int run(const BenchOptions& o) {
                shape.intermediate, shape.topk, reason, device);
     const MoeWeights weights = make_random_weights(shape, o.seed);
     std::unique_ptr<Backend> backend;
-    if (Status s = create_backend(kind, weights.view(), &backend); !s.ok()) return fail(s);
+    if (Status s = create_backend(kind, weights.view(), act, &backend); !s.ok()) return fail(s);
 
     // capped_us: the time the board's power limit allows for the floor's
     // bytes and FLOPs (roofline.h), where it exceeds floor_us the bound.
@@ -188,6 +191,7 @@ Runner add_bench(CLI::App& parent) {
         return names;
       }()))->capture_default_str();
   app->add_option("--backend", o->backend, "auto, cpu, portable, sm90, sm100, sm120")->capture_default_str();
+  add_activation_options(*app, o->activations);
   app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; CPU: 1 4)")
       ->delimiter(',')
       ->check(integer_at_least(1));

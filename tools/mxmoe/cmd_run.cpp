@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "activation_options.h"
 #include "commands.h"
 #include "io/npy.h"
 #include "mxmoe/dispatch.h"
@@ -23,6 +24,7 @@ struct RunOptions {
   std::string input, output, backend = "auto";
   bool check = false;
   int tp = 0, ep = 0;  // ranks of a multi-GPU run (0: one device)
+  ActivationChoice activations;
 };
 
 int fail(const Status& s) {
@@ -60,31 +62,39 @@ int run(const RunOptions& o) {
   NpyArray x;
   if (Status s = load_input(o, shape.hidden, &x); !s.ok()) return fail(s);
   const int64_t T = x.shape[0];
+  const ActivationOptions act = o.activations.options();
   if (o.tp > 0 || o.ep > 0) {
+    if (act.format != ActivationFormat::kBf16)
+      return fail(Status::Unsupported("--tp / --ep run the bf16-activation GPU backends; drop --activations mxfp8"));
     const ParallelRun run{o.tp > 0 ? ParallelMode::kTensor : ParallelMode::kExpert, o.tp > 0 ? o.tp : o.ep,
                           o.backend, o.check, o.output};
     return run_parallel(run, w.view, x.data, T);
   }
   DispatchResult choice;
-  if (Status s = choose_backend_for_this_process(o.backend, shape, &choice); !s.ok()) return fail(s);
+  if (Status s = choose_backend_for(o.backend, shape, act, &choice); !s.ok()) return fail(s);
   const BackendKind kind = choice.backend;
   const std::string& reason = choice.reason;
   std::unique_ptr<Backend> backend;
-  if (Status s = create_backend(kind, w.view, &backend); !s.ok()) return fail(s);
+  if (Status s = create_backend(kind, w.view, act, &backend); !s.ok()) return fail(s);
 
   std::vector<float> y(size_t(T * shape.hidden));
   const auto t0 = std::chrono::steady_clock::now();
   if (Status s = backend->forward_host(x.data.data(), T, nullptr, y.data()); !s.ok()) return fail(s);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("backend: %s\n", reason.c_str());
+  std::printf("activations: %s\n", act.format == ActivationFormat::kMxfp8
+                                         ? (act.mxfp8_scale_rule == MxScaleRule::kOcp ? "mxfp8 (OCP scales)"
+                                                                                      : "mxfp8 (ceil scales)")
+                                         : "bf16");
   std::printf("layer: E=%lld H=%lld I=%lld top-%lld, T=%lld; forward %.3f ms (wall, host to host)\n",
               (long long)shape.experts, (long long)shape.hidden, (long long)shape.intermediate,
               (long long)shape.topk, (long long)T, ms);
 
   if (o.check) {
-    // GPU backends consume bf16 activations: give the reference the same x.
+    // GPU backends consume bf16 activations: give the reference the same x
+    // (and, for MXFP8, the same activation format).
     Comparison c;
-    if (Status s = compare_with_reference(w.view, x.data, T, kind != BackendKind::kCpu, y, &c); !s.ok())
+    if (Status s = compare_with_reference(w.view, x.data, T, kind != BackendKind::kCpu, act, y, &c); !s.ok())
       return fail(s);
     print_comparison("check: rel L2 vs fp64 reference", c);
     if (!c.ok()) return 1;
@@ -106,6 +116,7 @@ Runner add_run(CLI::App& parent) {
   app->add_option("--output", o->output, "y: float32 [T, H] .npy");
   app->add_option("--backend", o->backend, "auto, cpu, portable, sm90, sm100, sm120")->capture_default_str();
   app->add_flag("--check", o->check, "Compare with the fp64 CPU reference (rel L2 <= 1e-2)");
+  add_activation_options(*app, o->activations);
   auto* tp = app->add_option("--tp", o->tp, "Tensor parallel over N GPUs (1, 2, 4, 8); compares with one GPU")
                  ->check(integer_at_least(1));
   app->add_option("--ep", o->ep, "Expert parallel over N GPUs (N divides E); compares with one GPU")

@@ -20,12 +20,14 @@ Comparison compare_outputs(const std::vector<float>& y, const std::vector<float>
 }
 
 Status compare_with_reference(const MoeWeightsView& w, const std::vector<float>& x, int64_t tokens,
-                              bool bf16_activations, const std::vector<float>& y, Comparison* out) {
+                              bool bf16_activations, const ActivationOptions& activations,
+                              const std::vector<float>& y, Comparison* out) {
   std::vector<float> xr = x;
   if (bf16_activations)
     for (auto& v : xr) v = bf16_to_float(float_to_bf16(v));
   std::vector<float> ref(y.size());
-  MXMOE_RETURN_IF_ERROR(reference_forward(w, xr.data(), tokens, nullptr, ref.data(), {.fp64 = true}));
+  MXMOE_RETURN_IF_ERROR(
+      reference_forward(w, xr.data(), tokens, nullptr, ref.data(), {.fp64 = true, .activations = activations}));
   *out = compare_outputs(y, ref);
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "mxmoe/backend.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/status.h"
 
@@ -21,7 +22,8 @@ Comparison compare_outputs(const std::vector<float>& y, const std::vector<float>
 // y against the fp64 CPU reference on x, rounded to bf16 first when the
 // backend consumed bf16 activations (every GPU backend does).
 Status compare_with_reference(const MoeWeightsView& w, const std::vector<float>& x, int64_t tokens,
-                              bool bf16_activations, const std::vector<float>& y, Comparison* out);
+                              bool bf16_activations, const ActivationOptions& activations,
+                              const std::vector<float>& y, Comparison* out);
 
 // "<what> = 1.234e-03, ||ref|| = 5.678e+01 (ok)" (or FAIL).
 void print_comparison(const char* what, const Comparison& c);

@@ -57,7 +57,7 @@ int run_parallel(const ParallelRun& run, const MoeWeightsView& w, const std::vec
   bool ok = vs_one.ok();
   if (run.check) {
     Comparison vs_ref;
-    if (Status s = compare_with_reference(w, x, T, true, y, &vs_ref); !s.ok()) return fail(s);
+    if (Status s = compare_with_reference(w, x, T, true, ActivationOptions{}, y, &vs_ref); !s.ok()) return fail(s);
     print_comparison("check: rel L2 vs fp64 reference", vs_ref);
     ok = ok && vs_ref.ok();
   }
