@@ -14,8 +14,11 @@ deps:
 venv:
 	@scripts/python-env.sh $(VENV)
 
+CUTLASS := $(BUILD)/_deps/cutlass
+
 configure: deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	@scripts/install-cutlass.sh $(CUTLASS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXMOE_CUTLASS_DIR=$(abspath $(CUTLASS)) \
 	  $(if $(wildcard $(PY)),-DMXMOE_PYTHON=$(abspath $(PY))) $(CMAKE_FLAGS)
 
 build: configure
