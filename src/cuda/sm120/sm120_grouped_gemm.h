@@ -23,4 +23,8 @@ bool can_implement(int groups, int m, int n, int k);
 // 101,376 an SM120 block can have (a static_assert in the .cu says so).
 int shared_memory_bytes();
 
+// The GEMM's kernel (for cudaFuncGetAttributes and the launcher); compiled
+// into the binary, where its SASS can be checked without a GPU.
+const void* kernel();
+
 }  // namespace mxmoe::sm120
