@@ -106,9 +106,10 @@ class MoeLayer {
            ActivationFormat activations = ActivationFormat::kBf16)
       : backend_(backend), reason_(std::move(reason)), device_(device), shape_(shape), has_router_(has_router),
         activations_(activations) {}
-  // The checks every layer makes before its own (routing given by half, a
-  // missing router, null x or y, T < 0).
-  Status check_common(const LayerForwardArgs& args) const;
+  // The checks every layer makes before its own: T < 0, routing without its
+  // other half, a missing router, null x or y, and for T > 0 a workspace of
+  // fewer than forward_workspace_bytes(T) bytes.
+  Status check_common(const LayerForwardArgs& args, const void* workspace, size_t workspace_size) const;
 
  private:
   BackendKind backend_;

@@ -28,16 +28,11 @@ class CpuLayer final : public MoeLayer {
 
   Status forward(const LayerForwardArgs& a, void* workspace, size_t workspace_size,
                  CUstream_st* /*stream: the CPU forward is synchronous*/) const override {
-    MXMOE_RETURN_IF_ERROR(check_common(a));
+    MXMOE_RETURN_IF_ERROR(check_common(a, workspace, workspace_size));
     const int64_t T = a.tokens, H = shape().hidden, k = shape().topk;
     if (T == 0) return Status::Ok();
     const int64_t stride = a.x_row_stride ? a.x_row_stride : H;
     if (stride < H) return Status::InvalidArgument(fmt::format("cpu: x_row_stride {} is below H = {}", stride, H));
-    const size_t need = forward_workspace_bytes(T);
-    if (!workspace || workspace_size < need)
-      return Status::InvalidArgument(fmt::format(
-          "cpu: workspace of {} bytes, a forward of {} tokens needs {} (workspace_bytes(max_tokens))", workspace_size,
-          T, need));
     float* const x = static_cast<float*>(workspace);
     float* const y32 = a.y_dtype == OutputDtype::kFp32 ? static_cast<float*>(a.y) : x + T * H;
     for (int64_t t = 0; t < T; ++t)

@@ -47,7 +47,7 @@ size_t MoeLayer::workspace_bytes(int64_t max_tokens) const {
   return most;
 }
 
-Status MoeLayer::check_common(const LayerForwardArgs& a) const {
+Status MoeLayer::check_common(const LayerForwardArgs& a, const void* workspace, size_t workspace_size) const {
   const char* who = backend_name(backend_);
   if (a.tokens < 0) return Status::InvalidArgument(fmt::format("{}: tokens = {} is negative", who, a.tokens));
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
@@ -57,6 +57,13 @@ Status MoeLayer::check_common(const LayerForwardArgs& a) const {
   if (a.y_dtype != OutputDtype::kBf16 && a.y_dtype != OutputDtype::kFp32)
     return Status::InvalidArgument(fmt::format("{}: y_dtype is neither bf16 nor fp32", who));
   if (a.tokens > 0 && (!a.x || !a.y)) return Status::InvalidArgument(fmt::format("{}: null {}", who, !a.x ? "x" : "y"));
+  if (a.tokens > 0) {
+    const size_t need = forward_workspace_bytes(a.tokens);
+    if (!workspace || workspace_size < need)
+      return Status::InvalidArgument(fmt::format(
+          "{}: workspace of {} bytes, a forward of {} tokens needs {} (size it with workspace_bytes(max_tokens))", who,
+          workspace ? workspace_size : 0, a.tokens, need));
+  }
   return Status::Ok();
 }
 

@@ -1,6 +1,6 @@
 // The CUDA MoeLayer: a backend's DeviceForward over weights uploaded to one
-// device, behind the checks an engine's call needs (where each pointer lives,
-// the workspace's size for T) and a guard that launches on the layer's device.
+// device, behind the checks an engine's call needs (where each pointer lives;
+// MoeLayer::check_common the rest) and a guard that launches on the layer's device.
 #include "api/device_layer.h"
 
 #include <cuda_runtime.h>
@@ -55,7 +55,7 @@ class DeviceLayer final : public MoeLayer {
 
   Status forward(const LayerForwardArgs& a, void* workspace, size_t workspace_size,
                  CUstream_st* stream) const override {
-    MXMOE_RETURN_IF_ERROR(check_common(a));
+    MXMOE_RETURN_IF_ERROR(check_common(a, workspace, workspace_size));
     const int64_t T = a.tokens;
     if (T == 0) return Status::Ok();
     MXMOE_RETURN_IF_ERROR(check_on_device("x", a.x));
@@ -65,11 +65,6 @@ class DeviceLayer final : public MoeLayer {
       MXMOE_RETURN_IF_ERROR(check_on_device("topk_ids", a.topk_ids));
       MXMOE_RETURN_IF_ERROR(check_on_device("topk_weights", a.topk_weights));
     }
-    const size_t need = forward_->workspace_bytes(T);
-    if (workspace_size < need)
-      return Status::InvalidArgument(fmt::format(
-          "{}: workspace of {} bytes, a forward of {} tokens needs {} (size it with workspace_bytes(max_tokens))",
-          who(), workspace_size, T, need));
     DeviceGuard guard;
     MXMOE_RETURN_IF_ERROR(guard.enter(device(), who()));
     smxx::ForwardArgs f;
