@@ -19,10 +19,10 @@ const std::vector<std::vector<std::string>> kArchSets = {
 const std::vector<std::optional<int>> kSms = {std::nullopt, 70, 75, 80, 86, 89, 90,
                                               100, 103, 110, 120, 121};
 
-// Expected auto pick per SM, one column per kArchSets entry: sm90 on SM90 with
-// 90a code; sm100/sm120 are not built yet, so elsewhere the pick is portable
-// where compiled code runs on the device ('a' code only on its own SM), else
-// cpu.
+// Expected auto pick per SM with bf16 activations (the default), one column
+// per kArchSets entry: sm90 on SM90 with 90a code; sm100/sm120 consume MXFP8
+// only, so elsewhere the pick is portable where compiled code runs on the
+// device ('a' code only on its own SM), else cpu.
 const std::map<int, std::string> kAutoTable = {
     {0, "cpu cpu cpu cpu cpu"},  // no GPU
     {70, "cpu cpu cpu cpu cpu"},
@@ -167,8 +167,8 @@ TEST(Dispatch, AutoPicksSm90OnSm90AndPortableWhenForced) {
   EXPECT_EQ(r.backend, BackendKind::kPortable);
 }
 
-// MXFP8 activations: no GPU backend built today consumes them, so auto passes
-// over each with the reason and lands on cpu; a forced one is refused.
+// MXFP8 activations on SM90: no GPU backend there consumes them, so auto
+// passes over each with the reason and lands on cpu; a forced one is refused.
 TEST(Dispatch, Mxfp8ActivationsSkipTheBf16Backends) {
   DispatchInput in = input(90, {"80", "90a"}, "auto");
   in.activations = ActivationFormat::kMxfp8;
@@ -188,6 +188,51 @@ TEST(Dispatch, Mxfp8ActivationsSkipTheBf16Backends) {
   EXPECT_TRUE(check_activation_format(BackendKind::kCpu, ActivationFormat::kMxfp8).ok());
   EXPECT_EQ(parse_activation_format("mxfp8"), ActivationFormat::kMxfp8);
   EXPECT_EQ(parse_activation_format("fp8"), std::nullopt);
+}
+
+// MXFP8 activations on Blackwell: sm100 / sm120 where their code is in the
+// binary; with bf16 they pass, saying how to get them; a build without
+// CUTLASS left them out and says so; 100a code does not serve SM103.
+TEST(Dispatch, BlackwellBackendsTakeMxfp8Activations) {
+  const std::vector<std::string> all = {"80", "90a", "100a", "120a"};
+  for (const auto& [sm, kind] : {std::pair{100, BackendKind::kSm100}, std::pair{120, BackendKind::kSm120}}) {
+    SCOPED_TRACE(sm);
+    DispatchInput in = input(sm, all, "auto");
+    DispatchResult r;
+    ASSERT_TRUE(choose_backend(in, &r).ok());
+    EXPECT_EQ(r.backend, BackendKind::kPortable);
+    EXPECT_NE(r.reason.find(std::string(backend_name(kind)) +
+                            " consumes mxfp8 activations, not bf16 (ask for mxfp8 activations)"),
+              std::string::npos)
+        << r.reason;
+    in.activations = ActivationFormat::kMxfp8;
+    ASSERT_TRUE(choose_backend(in, &r).ok());
+    EXPECT_EQ(r.backend, kind) << r.reason;
+    EXPECT_NE(r.reason.find("code for " + std::to_string(sm) + "a is compiled in"), std::string::npos) << r.reason;
+    in.left_out = {kind};
+    ASSERT_TRUE(choose_backend(in, &r).ok());
+    EXPECT_EQ(r.backend, BackendKind::kCpu);  // portable takes bf16 only
+    EXPECT_NE(r.reason.find("left out of this build (it needs CUTLASS's headers"), std::string::npos) << r.reason;
+  }
+  DispatchInput in = input(103, all, "sm100");
+  in.activations = ActivationFormat::kMxfp8;
+  DispatchResult r;
+  const Status st = choose_backend(in, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("sm100 has no code that runs on SM103"), std::string::npos) << st.message();
+  EXPECT_TRUE(check_activation_format(BackendKind::kSm100, ActivationFormat::kMxfp8).ok());
+  EXPECT_EQ(check_activation_format(BackendKind::kSm120, ActivationFormat::kBf16).code(), StatusCode::kUnsupported);
+}
+
+// The build carries both Blackwell backends where it was configured with
+// CUTLASS and their targets (as `make` and CI configure it).
+TEST(Dispatch, ThisBuildLeavesOutOnlyWhatItCannotBuild) {
+  const std::vector<BackendKind> out = compiled_backends_left_out();
+#if defined(MXMOE_WITH_BLOCKSCALED) && defined(MXMOE_WITH_SM100) && defined(MXMOE_WITH_SM120)
+  EXPECT_TRUE(out.empty());
+#else
+  EXPECT_FALSE(out.empty());
+#endif
 }
 
 TEST(Dispatch, ArchCodeCompatibility) {
@@ -262,6 +307,7 @@ TEST(Dispatch, InfoTablesNameEveryBackendAndThePick) {
   EXPECT_NE(t.find("\nsm90      yes"), std::string::npos) << t;
   const std::string forced = describe_backends(input(80, {"80"}, "sm120"));
   EXPECT_NE(forced.find("pick: none: sm120 needs an SM120 or SM121 GPU"), std::string::npos) << forced;
+  EXPECT_NE(forced.find("have not yet\nrun on Blackwell hardware"), std::string::npos) << forced;
 
   const std::string p = describe_preparation(kGptOss20b);
   EXPECT_NE(p.find("2944"), std::string::npos) << p;  // sm100 pads 2880 to 2944

@@ -4,8 +4,8 @@
 // Auto table (first backend of the device's list that can run; the reason
 // says why each earlier one was passed over):
 //   SM90            -> sm90, portable, cpu
-//   SM100, SM103    -> sm100, portable, cpu
-//   SM120, SM121    -> sm120, portable, cpu
+//   SM100, SM103    -> sm100, portable, cpu   (sm100, sm120: MXFP8 activations
+//   SM120, SM121    -> sm120, portable, cpu    only, so with bf16 they pass)
 //   other SM >= 80  -> portable, cpu          (SM80/86/87/89, SM110, ...)
 //   SM < 80 or none -> cpu
 // A backend can run when it is built (has an implementation), the device is one
@@ -40,6 +40,9 @@ struct DispatchInput {
   std::string device_name;            // for messages, e.g. "NVIDIA A100-SXM4-80GB"
   std::string no_device_reason;       // why there is no GPU, when known
   std::vector<std::string> compiled_archs;  // as compiled_cuda_archs() spells them
+  // Backends this binary left out although it targets their arch (sm100 and
+  // sm120 need CUTLASS's headers at build time): compiled_backends_left_out().
+  std::vector<BackendKind> left_out;
   WeightFormat weight_format = WeightFormat::kMxfp4;
   // What the GEMMs must consume: a GPU backend of another format cannot run
   // (the cpu backend computes either).
@@ -83,6 +86,10 @@ std::string describe_backends(const DispatchInput& in);
 // Padded shapes, w13 layout and bytes each backend's preparation would hold,
 // against the original, for `shape`.
 std::string describe_preparation(const MoeShape& shape);
+
+// The GPU backends this build has no code for although its CUDA targets
+// include their arch (sm100, sm120 when configured without MXMOE_CUTLASS_DIR).
+std::vector<BackendKind> compiled_backends_left_out();
 
 // Fills a DispatchInput for this process: device 0 from list_devices(),
 // compiled_cuda_archs(), and the override: `override_or_auto` when it is not

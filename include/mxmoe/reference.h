@@ -18,6 +18,10 @@ struct ReferenceOptions {
   // their MXFP8 values (E4M3, scales per `activations.mxfp8_scale_rule`)
   // before the GEMM that reads them; the router still reads x as given.
   ActivationOptions activations;
+  // Each GEMM product (x W13^T per gate/up column, a W2^T per output) rounded
+  // to bf16 before its bias is added, as GEMMs with a bf16 D write them (the
+  // sm100 and sm120 backends): the reference of those pipelines' exact path.
+  bool bf16_gemm_products = false;
 };
 
 // Router: logits = x W^T + b (fp32 accumulate), top-k with ties to the lower id,

@@ -9,6 +9,9 @@
 #ifdef MXMOE_WITH_SM90
 #include "cuda/sm90/sm90_backend.h"
 #endif
+#ifdef MXMOE_WITH_BLOCKSCALED
+#include "cuda/blockscaled/blockscaled_backend.h"
+#endif
 
 namespace mxmoe {
 
@@ -16,7 +19,7 @@ Status check_activation_format(BackendKind kind, ActivationFormat format) {
   if (backend_info(kind).activation == format || kind == BackendKind::kCpu) return Status::Ok();
   return Status::Unsupported(fmt::format(
       "{}: its GEMMs consume {} activations, not {} (the cpu backend computes either; the Blackwell backends "
-      "sm100 and sm120 will take mxfp8)",
+      "sm100 and sm120 take mxfp8, the others bf16)",
       backend_name(kind), activation_format_name(backend_info(kind).activation), activation_format_name(format)));
 }
 
@@ -24,6 +27,14 @@ Status create_backend(BackendKind kind, const MoeWeightsView& weights, const Act
                       std::unique_ptr<Backend>* out) {
   MXMOE_RETURN_IF_ERROR(check_activation_format(kind, activations.format));
   if (kind == BackendKind::kCpu) return create_cpu_backend(weights, activations, out);
+  if (kind == BackendKind::kSm100 || kind == BackendKind::kSm120) {
+#ifdef MXMOE_WITH_BLOCKSCALED
+    return create_blockscaled_backend(kind, weights, activations, BlockscaledOptions{}, out);
+#else
+    return Status::Unsupported(fmt::format(
+        "{}: left out of this build (it needs CUTLASS's headers: configure with MXMOE_CUTLASS_DIR)", backend_name(kind)));
+#endif
+  }
   return create_backend(kind, weights, out);
 }
 
@@ -43,9 +54,12 @@ Status create_backend(BackendKind kind, const MoeWeightsView& weights,
 #else
       return Status::Unsupported("sm90: this build has no sm_90a code (add 90a to CMAKE_CUDA_ARCHITECTURES)");
 #endif
-    default: break;
+    case BackendKind::kSm100:
+    case BackendKind::kSm120: break;
   }
-  return Status::Unsupported(fmt::format("{}: not built yet", backend_name(kind)));
+  // The Blackwell backends take MXFP8 activations, which the overload with
+  // ActivationOptions asks for.
+  return check_activation_format(kind, ActivationFormat::kBf16);
 }
 
 }  // namespace mxmoe

@@ -10,8 +10,8 @@
 namespace mxmoe {
 
 // A layer of GPU backend `kind` on CUDA device `device`, which dispatch has
-// found able to run it; `reason` is dispatch's.
+// found able to run it (with `activations`); `reason` is dispatch's.
 Status create_device_layer(BackendKind kind, std::string reason, int device, const MoeWeightsView& weights,
-                           std::unique_ptr<MoeLayer>* out);
+                           const ActivationOptions& activations, std::unique_ptr<MoeLayer>* out);
 
 }  // namespace mxmoe

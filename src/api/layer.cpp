@@ -33,7 +33,7 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
     return create_cpu_layer(pick.reason, weights, options.activations, out);
   }
 #ifdef MXMOE_WITH_CUDA
-  return create_device_layer(pick.backend, pick.reason, options.device, weights, out);
+  return create_device_layer(pick.backend, pick.reason, options.device, weights, options.activations, out);
 #else
   return Status::Unsupported(fmt::format("layer: {} needs CUDA, which this build has not", backend_name(pick.backend)));
 #endif

@@ -1,4 +1,6 @@
 // The backend choice: availability of each backend and the auto table.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "mxmoe/dispatch.h"
@@ -10,9 +12,9 @@ const BackendInfo kInfo[] = {
     {BackendKind::kCpu, true, ActivationFormat::kBf16, "any CPU"},
     {BackendKind::kPortable, true, ActivationFormat::kBf16, "SM80+"},
     {BackendKind::kSm90, true, ActivationFormat::kBf16, "SM90 (code for 90a)"},
-    // Blackwell datacenter parts get MXFP8 activations once the backend exists.
-    {BackendKind::kSm100, false, ActivationFormat::kBf16, "SM100/SM103 (code for 100a/103a)"},
-    {BackendKind::kSm120, false, ActivationFormat::kBf16, "SM120/SM121 (code for 120a/121a)"},
+    // The block-scaled tensor cores take MXFP8 activations x MXFP4 weights.
+    {BackendKind::kSm100, true, ActivationFormat::kMxfp8, "SM100/SM103 (code for 100a/103a)"},
+    {BackendKind::kSm120, true, ActivationFormat::kMxfp8, "SM120/SM121 (code for 120a/121a)"},
 };
 
 // Devices a GPU backend supports (independent of the code compiled in).
@@ -85,13 +87,19 @@ bool check(BackendKind kind, const DispatchInput& in, std::string* why, std::str
     return false;
   }
   if (backend_info(kind).activation != in.activations) {
-    *why = fmt::format("{} consumes {} activations, not {}", name,
-                       activation_format_name(backend_info(kind).activation), activation_format_name(in.activations));
+    *why = fmt::format("{} consumes {} activations, not {}{}", name,
+                       activation_format_name(backend_info(kind).activation), activation_format_name(in.activations),
+                       backend_info(kind).activation == ActivationFormat::kMxfp8 ? " (ask for mxfp8 activations)" : "");
     return false;
   }
   const std::string code = code_for(kind, in.compiled_archs, sm);
   if (code.empty()) {
     *why = fmt::format("{} has no code that runs on SM{}: {}", name, sm, archs_words(in.compiled_archs));
+    return false;
+  }
+  if (std::find(in.left_out.begin(), in.left_out.end(), kind) != in.left_out.end()) {
+    *why = fmt::format("{} is left out of this build (it needs CUTLASS's headers: configure with MXMOE_CUTLASS_DIR, "
+                       "as `make` does)", name);
     return false;
   }
   *how = fmt::format("{} runs on SM{} (code for {} is compiled in)", name, sm, code);

@@ -38,6 +38,9 @@ std::string describe_backends(const DispatchInput& in) {
     s += fmt::format("{:<9} {:<6} {:<34} {}: {}\n", backend_name(k), info.built ? "yes" : "no",
                      info.runs_on, ok ? "available" : "unavailable", why);
   }
+  s += "\nsm100 and sm120 (MXFP8 activations x MXFP4 weights on CUTLASS's block-scaled grouped GEMMs) have not yet\n"
+       "run on Blackwell hardware: their pipeline is tested on other GPUs with an emulated GEMM that reads the same\n"
+       "buffers, and their CUTLASS GEMMs are compiled and checked on the host only.\n";
   DispatchResult r;
   const Status st = choose_backend(in, &r);
   if (st.ok()) s += fmt::format("\npick: {} ({})\n", backend_name(r.backend), r.reason);

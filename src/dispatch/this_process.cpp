@@ -9,6 +9,17 @@
 
 namespace mxmoe {
 
+std::vector<BackendKind> compiled_backends_left_out() {
+  std::vector<BackendKind> out;
+#if !(defined(MXMOE_WITH_SM100) && defined(MXMOE_WITH_BLOCKSCALED))
+  out.push_back(BackendKind::kSm100);
+#endif
+#if !(defined(MXMOE_WITH_SM120) && defined(MXMOE_WITH_BLOCKSCALED))
+  out.push_back(BackendKind::kSm120);
+#endif
+  return out;
+}
+
 DispatchInput dispatch_input_for_device(std::string_view override_or_auto, const MoeShape& shape, int device) {
   DispatchInput in;
   std::string why;
@@ -25,6 +36,7 @@ DispatchInput dispatch_input_for_device(std::string_view override_or_auto, const
     in.device_name = devices[size_t(device)].name;
   }
   in.compiled_archs = compiled_cuda_archs();
+  in.left_out = compiled_backends_left_out();
   in.shape = shape;
   // An explicit request beats the environment; "auto" is no request.
   const char* env = std::getenv("MXMOE_BACKEND");

@@ -107,7 +107,11 @@ Acc swiglu(Acc gate, Acc up, const SwigluParams& p) {
 
 template <typename Acc>
 void experts_forward(const MoeWeightsView& w, const float* x_in, int64_t tokens, const RoutingView& r,
-                     float* y, int threads, const ActivationOptions& activations) {
+                     float* y, int threads, const ActivationOptions& activations, bool bf16_products) {
+  // A product as the GEMM writes it: bf16 (round to nearest even) or as summed.
+  auto product = [bf16_products](Acc v) {
+    return bf16_products ? Acc(bf16_to_float(float_to_bf16(float(v)))) : v;
+  };
   const int64_t E = w.shape.experts, H = w.shape.hidden, I = w.shape.intermediate, K = r.topk;
   const bool mxfp8 = activations.format == ActivationFormat::kMxfp8;
   // MXFP8: each token's x once, before any expert reads it.
@@ -145,8 +149,8 @@ void experts_forward(const MoeWeightsView& w, const float* x_in, int64_t tokens,
         const Acc bg = Acc(bf16_to_float(w.b13[e * w.b13_expert_stride + gr]));
         const Acc bu = Acc(bf16_to_float(w.b13[e * w.b13_expert_stride + ur]));
         for (int64_t i = 0; i < n; ++i) {
-          const Acc g = dot(gate_row.data(), xs.data() + i * H, H) + bg;
-          const Acc u = dot(up_row.data(), xs.data() + i * H, H) + bu;
+          const Acc g = product(dot(gate_row.data(), xs.data() + i * H, H)) + bg;
+          const Acc u = product(dot(up_row.data(), xs.data() + i * H, H)) + bu;
           act[size_t(i * I + j)] = swiglu(g, u, w.swiglu);
         }
       }
@@ -163,7 +167,7 @@ void experts_forward(const MoeWeightsView& w, const float* x_in, int64_t tokens,
         decode_row(w.w2, e, h, row.data());
         const Acc b = Acc(bf16_to_float(w.b2[e * w.b2_expert_stride + h]));
         for (int64_t i = 0; i < n; ++i)
-          out[size_t(list[size_t(i)] * H + h)] = dot(row.data(), act.data() + i * I, I) + b;
+          out[size_t(list[size_t(i)] * H + h)] = product(dot(row.data(), act.data() + i * I, I)) + b;
       }
     }
   }
@@ -210,8 +214,8 @@ Status reference_forward(const MoeWeightsView& w, const float* x, int64_t tokens
     MXMOE_RETURN_IF_ERROR(reference_route(w, x, tokens, &computed, opt));
     r = computed.view();
   }
-  if (opt.fp64) experts_forward<double>(w, x, tokens, r, y, thread_count(opt), opt.activations);
-  else experts_forward<float>(w, x, tokens, r, y, thread_count(opt), opt.activations);
+  if (opt.fp64) experts_forward<double>(w, x, tokens, r, y, thread_count(opt), opt.activations, opt.bf16_gemm_products);
+  else experts_forward<float>(w, x, tokens, r, y, thread_count(opt), opt.activations, opt.bf16_gemm_products);
   return Status::Ok();
 }
 

@@ -8,6 +8,9 @@
 
 #include "cuda/common/device_backend.h"
 #include "cuda/portable/portable_backend.h"
+#ifdef MXMOE_WITH_BLOCKSCALED
+#include "cuda/blockscaled/blockscaled_backend.h"
+#endif
 #include "mxmoe/prepare.h"
 #ifdef MXMOE_WITH_SM90
 #include "cuda/sm90/sm90_backend.h"
@@ -108,7 +111,7 @@ class DeviceLayer final : public MoeLayer {
 }  // namespace
 
 Status create_device_layer(BackendKind kind, std::string reason, int device, const MoeWeightsView& weights,
-                           std::unique_ptr<MoeLayer>* out) {
+                           [[maybe_unused]] const ActivationOptions& activations, std::unique_ptr<MoeLayer>* out) {
   const char* who = backend_name(kind);
   DeviceGuard guard;
   MXMOE_RETURN_IF_ERROR(guard.enter(device, who));
@@ -119,6 +122,12 @@ Status create_device_layer(BackendKind kind, std::string reason, int device, con
     case BackendKind::kPortable: MXMOE_RETURN_IF_ERROR(portable::make_forward(prep, 0, &forward)); break;
 #ifdef MXMOE_WITH_SM90
     case BackendKind::kSm90: MXMOE_RETURN_IF_ERROR(sm90::make_forward(prep, 0, {}, &forward)); break;
+#endif
+#ifdef MXMOE_WITH_BLOCKSCALED
+    case BackendKind::kSm100:
+    case BackendKind::kSm120:
+      MXMOE_RETURN_IF_ERROR(blockscaled::make_forward(kind, prep, activations, false, 0, &forward));
+      break;
 #endif
     default: return Status::Unsupported(fmt::format("{}: no device layer in this build", who));
   }

@@ -4,12 +4,18 @@
 // stay there).
 #pragma once
 
+#include "cuda/blockscaled/grouped_gemm_args.h"
+
 namespace mxmoe::sm100 {
 
 // MMA tile (M tokens x N features x K) and the K granularity of the operands'
 // TMA copies and scale atoms.
 inline constexpr int kTileM = 128, kTileN = 128, kTileK = 128;
 inline constexpr int kKAlignment = 128;
+
+// The GEMM over GroupedGemmArgs' device arrays (CUTLASS's initialize + run
+// on the stream; its workspace holds the per-group TMA descriptors).
+const blockscaled::GroupedGemm& grouped_gemm();
 
 // Whether CUTLASS's own Gemm::can_implement accepts `groups` problems of
 // m x n x k (host-side checks only).

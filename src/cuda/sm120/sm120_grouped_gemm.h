@@ -5,6 +5,8 @@
 // header is what the rest of the code sees.
 #pragma once
 
+#include "cuda/blockscaled/grouped_gemm_args.h"
+
 #include <cstdint>
 
 namespace mxmoe::sm120 {
@@ -13,6 +15,10 @@ namespace mxmoe::sm120 {
 // K granularity the operands' TMA copies and scale atoms need.
 inline constexpr int kTileM = 128, kTileN = 128, kTileK = 128;
 inline constexpr int kKAlignment = 128;
+
+// The GEMM over GroupedGemmArgs' device arrays (CUTLASS's initialize + run
+// on the stream; its workspace holds the per-group TMA descriptors).
+const blockscaled::GroupedGemm& grouped_gemm();
 
 // Whether CUTLASS's own Gemm::can_implement accepts a group of problems of
 // these sizes (M x N x K each, A row-major [M, K], B column-major [N, K]):

@@ -8,8 +8,14 @@
 // Only the arch files include this.
 #pragma once
 
+#include <type_traits>
 #include <vector>
 
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "cuda/blockscaled/blockscaled_types.cuh"
+#include "cuda/blockscaled/grouped_gemm_args.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -41,6 +47,80 @@ bool can_implement(int groups, int m, int n, int k) {
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = {groups, nullptr, sizes.data()};
   return Gemm::can_implement(args) == cutlass::Status::kSuccess;
+}
+
+// Whether `Gemm` reads the arrays of GroupedGemmArgs in the types
+// launch_grouped_problems writes them in (blockscaled_types.cuh).
+template <class Gemm>
+constexpr bool reads_grouped_gemm_args() {
+  using K = typename Gemm::GemmKernel;
+  using M = typename K::CollectiveMainloop;
+  return std::is_same_v<typename K::InternalStrideA, blockscaled::StrideA> &&
+         std::is_same_v<typename K::InternalStrideB, blockscaled::StrideB> &&
+         std::is_same_v<typename K::InternalStrideD, blockscaled::StrideD> &&
+         std::is_same_v<typename M::InternalLayoutSFA, blockscaled::LayoutSF> &&
+         std::is_same_v<typename M::InternalLayoutSFB, blockscaled::LayoutSF> &&
+         std::is_same_v<typename ProblemShape::UnderlyingProblemShape, blockscaled::ProblemShape>;
+}
+
+// CUTLASS's arguments over the device arrays of `a`: the problem sizes are
+// read on the device only (no host copy: the scheduler sizes its persistent
+// grid by `sms`), D = 1.0 * A B^T (no C).
+template <class Gemm>
+typename Gemm::Arguments grouped_arguments(const blockscaled::GroupedGemmArgs& a, int device, int sms) {
+  typename Gemm::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.problem_shape = {a.groups, static_cast<typename ProblemShape::UnderlyingProblemShape*>(a.problem_shapes),
+                        nullptr};
+  auto& m = args.mainloop;
+  m.ptr_A = reinterpret_cast<decltype(m.ptr_A)>(a.a);
+  m.dA = static_cast<decltype(m.dA)>(a.stride_a);
+  m.ptr_B = reinterpret_cast<decltype(m.ptr_B)>(a.b);
+  m.dB = static_cast<decltype(m.dB)>(a.stride_b);
+  m.ptr_SFA = reinterpret_cast<decltype(m.ptr_SFA)>(a.sfa);
+  m.layout_SFA = static_cast<decltype(m.layout_SFA)>(a.layout_sfa);
+  m.ptr_SFB = reinterpret_cast<decltype(m.ptr_SFB)>(a.sfb);
+  m.layout_SFB = static_cast<decltype(m.layout_SFB)>(a.layout_sfb);
+  auto& e = args.epilogue;
+  e.thread.alpha = 1.0f;
+  e.thread.beta = 0.0f;
+  e.ptr_C = nullptr;
+  e.dC = static_cast<decltype(e.dC)>(a.stride_d);
+  e.ptr_D = reinterpret_cast<decltype(e.ptr_D)>(a.d);
+  e.dD = static_cast<decltype(e.dD)>(a.stride_d);
+  args.hw_info.device_id = device;
+  args.hw_info.sm_count = sms;
+  return args;
+}
+
+// CUTLASS's workspace for `groups` problems (its per-group TMA descriptors
+// and the scheduler's state), which depends on nothing the device writes.
+template <class Gemm>
+size_t grouped_workspace_bytes(int groups, int sms) {
+  blockscaled::GroupedGemmArgs a;
+  a.groups = groups;
+  return Gemm::get_workspace_size(grouped_arguments<Gemm>(a, 0, sms));
+}
+
+// initialize (host: kernel parameters and TMA descriptors; the workspace's
+// set-up enqueued on `stream`) and run on `stream`.
+template <class Gemm>
+Status run_grouped(const char* who, const blockscaled::GroupedGemmArgs& a, void* workspace, size_t bytes, int sms,
+                   cudaStream_t stream) {
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess)
+    return Status::CudaError(fmt::format("{}: cudaGetDevice: {}", who, cudaGetErrorString(err)));
+  const typename Gemm::Arguments args = grouped_arguments<Gemm>(a, device, sms);
+  if (Gemm::get_workspace_size(args) > bytes)
+    return Status::InvalidArgument(fmt::format("{}: GEMM workspace of {} bytes, {} needed", who, bytes,
+                                               Gemm::get_workspace_size(args)));
+  Gemm gemm;
+  cutlass::Status st = gemm.initialize(args, workspace, stream);
+  if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
+  if (st != cutlass::Status::kSuccess)
+    return Status::CudaError(fmt::format("{}: CUTLASS grouped GEMM: {} ({})", who, cutlassGetStatusString(st),
+                                         cudaGetErrorString(cudaGetLastError())));
+  return Status::Ok();
 }
 
 }  // namespace mxmoe::sm1xx

@@ -1,0 +1,218 @@
+// The Blackwell backends as Backend objects: the weights of a stacked plan
+// ([up; gate] halves) with their scales packed into the block-scaled layout
+// expert by expert, uploaded in one allocation (optionally inside poisoned
+// margins), and driven through the shared device backend.
+#include "cuda/blockscaled/blockscaled_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "cuda/blockscaled/smxx_emulated_grouped_gemm.h"
+#include "cuda/common/smxx_moe_kernels.h"
+#include "mxmoe/format.h"
+#include "prepare/blockscaled_scales.h"
+#ifdef MXMOE_WITH_SM100
+#include "cuda/sm100/sm100_grouped_gemm.h"
+#endif
+#ifdef MXMOE_WITH_SM120
+#include "cuda/sm120/sm120_grouped_gemm.h"
+#endif
+
+namespace mxmoe {
+namespace blockscaled {
+namespace {
+
+Status cuda_check(cudaError_t err, const char* who, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  return Status::CudaError(fmt::format("{}: {}: {}", who, what, cudaGetErrorString(err)));
+}
+
+// One tensor to upload and the byte its poison margins hold (bf16 tensors:
+// NaN words).
+struct Piece {
+  std::vector<uint8_t> bytes;
+  uint8_t poison = 0;
+  bool bf16_nan = false;
+  size_t off = 0;
+};
+
+template <typename T>
+Piece piece_of(const std::vector<T>& v, uint8_t poison, bool bf16_nan) {
+  Piece p;
+  p.bytes.resize(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(p.bytes.data(), v.data(), p.bytes.size());
+  p.poison = poison;
+  p.bf16_nan = bf16_nan;
+  return p;
+}
+
+// The dense scales ([E][rows][k_blocks], then the plan's neutral rows) packed
+// expert by expert.
+Status packed_scales(const std::vector<uint8_t>& dense, int64_t E, int64_t rows, int64_t k_blocks, Piece* out) {
+  const int64_t per = blockscaled_scale_bytes(rows, k_blocks);
+  if (int64_t(dense.size()) < E * rows * k_blocks)
+    return Status::InvalidArgument("block-scaled scales: fewer dense scales than the plan's experts hold");
+  out->bytes.resize(size_t(E * per));
+  out->poison = kE8M0NaN;
+  for (int64_t e = 0; e < E; ++e)
+    MXMOE_RETURN_IF_ERROR(pack_blockscaled_scales(dense.data() + e * rows * k_blocks, rows, k_blocks, k_blocks,
+                                                  out->bytes.data() + e * per));
+  return Status::Ok();
+}
+
+class BlockscaledForward final : public smxx::DeviceForward {
+ public:
+  BlockscaledForward(DeviceWeights w, GemmRunner gemm, std::shared_ptr<smxx::DeviceBuffer> storage)
+      : w_(w), gemm_(gemm), storage_(std::move(storage)) {}
+  size_t workspace_bytes(int64_t tokens) const override { return blockscaled::workspace_bytes(w_, gemm_, tokens); }
+  Status forward(const smxx::ForwardArgs& a, void* ws, size_t bytes, cudaStream_t stream) const override {
+    return moe_forward(w_, gemm_, a, ws, bytes, stream);
+  }
+
+ private:
+  DeviceWeights w_;
+  GemmRunner gemm_;
+  std::shared_ptr<smxx::DeviceBuffer> storage_;
+};
+
+}  // namespace
+
+const GroupedGemm* arch_gemm(BackendKind kind) {
+#ifdef MXMOE_WITH_SM100
+  if (kind == BackendKind::kSm100) return &sm100::grouped_gemm();
+#endif
+#ifdef MXMOE_WITH_SM120
+  if (kind == BackendKind::kSm120) return &sm120::grouped_gemm();
+#endif
+  (void)kind;
+  return nullptr;
+}
+
+Status check_device(BackendKind kind, bool emulate_gemm) {
+  const char* who = backend_name(kind);
+  if (kind != BackendKind::kSm100 && kind != BackendKind::kSm120)
+    return Status::InvalidArgument(fmt::format("{}: not a block-scaled backend", who));
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Status::Unsupported(fmt::format("{}: no CUDA device", who));
+  }
+  int dev = 0, major = 0, minor = 0;
+  MXMOE_RETURN_IF_ERROR(cuda_check(cudaGetDevice(&dev), who, "cudaGetDevice"));
+  MXMOE_RETURN_IF_ERROR(cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), who, "attribute"));
+  MXMOE_RETURN_IF_ERROR(cuda_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), who, "attribute"));
+  const int sm = 10 * major + minor;
+  if (emulate_gemm) {
+    if (sm < 80) return Status::Unsupported(fmt::format("{}: the emulated GEMM needs SM80+, device {} is SM{}", who, dev, sm));
+    return Status::Ok();
+  }
+  const bool right = kind == BackendKind::kSm100 ? (sm == 100 || sm == 103) : (sm == 120 || sm == 121);
+  if (!right)
+    return Status::Unsupported(fmt::format("{}: needs {}, device {} is SM{}", who,
+                                           kind == BackendKind::kSm100 ? "an SM100 or SM103 GPU" : "an SM120 or SM121 GPU",
+                                           dev, sm));
+  if (!arch_gemm(kind))
+    return Status::Unsupported(fmt::format("{}: this build has no sm_{}a code (add {}a to CMAKE_CUDA_ARCHITECTURES and "
+                                           "give CUTLASS's headers, MXMOE_CUTLASS_DIR)",
+                                           who, kind == BackendKind::kSm100 ? 100 : 120,
+                                           kind == BackendKind::kSm100 ? 100 : 120));
+  return Status::Ok();
+}
+
+Status make_forward(BackendKind kind, const PreparedWeights& prep, const ActivationOptions& activations,
+                    bool emulate_gemm, int64_t poison_margin_bytes, std::unique_ptr<smxx::DeviceForward>* out) {
+  const char* who = backend_name(kind);
+  MXMOE_RETURN_IF_ERROR(check_device(kind, emulate_gemm));
+  if (activations.format != ActivationFormat::kMxfp8)
+    return Status::Unsupported(fmt::format("{}: its GEMMs consume mxfp8 activations, not {}", who,
+                                           activation_format_name(activations.format)));
+  const PreparePlan& plan = prep.plan;
+  if (plan.w13_layout != W13Layout::kStackedUpGate || plan.swizzle != WeightSwizzle::kNone ||
+      plan.hidden_padded % 128 != 0 || plan.intermediate_padded % 128 != 0)
+    return Status::InvalidArgument(fmt::format("{}: weights must come from its plan ([up; gate], padded to 128)", who));
+  const MoeWeights& p = prep.weights;
+  const int64_t E = plan.shape.experts, Hp = plan.hidden_padded, Ip = plan.intermediate_padded;
+  GemmRunner gemm;
+  gemm.gemm = emulate_gemm ? emulated_grouped_gemm() : *arch_gemm(kind);
+  MXMOE_RETURN_IF_ERROR(smxx::sm_count(who, &gemm.sms));
+  gemm.gemm_workspace = gemm.gemm.workspace_bytes(int(E), gemm.sms);
+
+  std::vector<Piece> pieces(8);
+  pieces[0] = piece_of(p.w13_codes, 0x77, false);
+  MXMOE_RETURN_IF_ERROR(packed_scales(p.w13_scales, E, 2 * Ip, Hp / kMxBlock, &pieces[1]));
+  pieces[2] = piece_of(p.b13, 0, true);
+  pieces[3] = piece_of(p.w2_codes, 0x77, false);
+  MXMOE_RETURN_IF_ERROR(packed_scales(p.w2_scales, E, Hp, Ip / kMxBlock, &pieces[4]));
+  pieces[5] = piece_of(p.b2, 0, true);
+  pieces[6] = piece_of(p.router_weight, 0, true);
+  pieces[7] = piece_of(p.router_bias, 0, true);
+  // One allocation: each piece between margins of poison, 256-byte aligned.
+  const size_t margin = size_t((std::max<int64_t>(poison_margin_bytes, 0) + 255) / 256 * 256);
+  size_t off = 0;
+  for (Piece& pc : pieces) {
+    off += margin;
+    pc.off = off;
+    off += (pc.bytes.size() + 255) / 256 * 256 + margin;
+  }
+  auto storage = std::make_shared<smxx::DeviceBuffer>();
+  MXMOE_RETURN_IF_ERROR(storage->reserve(off));
+  uint8_t* dev = storage->as<uint8_t>();
+  std::vector<uint8_t> poison;
+  for (const Piece& pc : pieces) {
+    const size_t tail = (pc.bytes.size() + 255) / 256 * 256 - pc.bytes.size() + margin;
+    poison.assign(std::max(margin, tail), pc.poison);
+    if (pc.bf16_nan)
+      for (size_t j = 0; j < poison.size(); ++j) poison[j] = (j & 1) ? 0x7F : 0xC0;
+    if (margin)
+      MXMOE_RETURN_IF_ERROR(cuda_check(cudaMemcpy(dev + pc.off - margin, poison.data(), margin, cudaMemcpyHostToDevice),
+                                       who, "upload"));
+    if (tail)
+      MXMOE_RETURN_IF_ERROR(cuda_check(
+          cudaMemcpy(dev + pc.off + pc.bytes.size(), poison.data(), tail, cudaMemcpyHostToDevice), who, "upload"));
+    if (!pc.bytes.empty())
+      MXMOE_RETURN_IF_ERROR(cuda_check(
+          cudaMemcpy(dev + pc.off, pc.bytes.data(), pc.bytes.size(), cudaMemcpyHostToDevice), who, "upload"));
+  }
+  DeviceWeights w;
+  w.who = who;
+  w.shape = plan.shape;
+  w.hidden_padded = Hp;
+  w.intermediate_padded = Ip;
+  w.swiglu = p.swiglu;
+  w.mxfp8_scale_rule = activations.mxfp8_scale_rule;
+  w.w13_codes = dev + pieces[0].off;
+  w.w13_scales = dev + pieces[1].off;
+  w.b13 = reinterpret_cast<const uint16_t*>(dev + pieces[2].off);
+  w.w2_codes = dev + pieces[3].off;
+  w.w2_scales = dev + pieces[4].off;
+  w.b2 = reinterpret_cast<const uint16_t*>(dev + pieces[5].off);
+  if (!p.router_weight.empty()) {
+    w.router_weight = reinterpret_cast<const uint16_t*>(dev + pieces[6].off);
+    w.router_bias = reinterpret_cast<const uint16_t*>(dev + pieces[7].off);
+  }
+  *out = std::make_unique<BlockscaledForward>(w, gemm, std::move(storage));
+  return Status::Ok();
+}
+
+}  // namespace blockscaled
+
+Status create_blockscaled_backend(BackendKind kind, const MoeWeightsView& weights,
+                                  const ActivationOptions& activations, const BlockscaledOptions& options,
+                                  std::unique_ptr<Backend>* out) {
+  if (!out) return Status::InvalidArgument(fmt::format("{}: null output", backend_name(kind)));
+  MXMOE_RETURN_IF_ERROR(validate_weights(weights));
+  MXMOE_RETURN_IF_ERROR(blockscaled::check_device(kind, options.emulate_gemm));
+  const int64_t margin = (std::max<int64_t>(options.device.poison_margin_bytes, 0) + 255) / 256 * 256;
+  PreparedWeights prep;
+  MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(kind, weights.shape), weights, &prep));
+  std::unique_ptr<smxx::DeviceForward> forward;
+  MXMOE_RETURN_IF_ERROR(blockscaled::make_forward(kind, prep, activations, options.emulate_gemm, margin, &forward));
+  const bool has_router = !prep.weights.router_weight.empty();
+  return smxx::make_device_backend(kind, weights.shape, has_router, margin, std::move(forward), out);
+}
+
+}  // namespace mxmoe
