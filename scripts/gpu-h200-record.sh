@@ -77,6 +77,7 @@ stage_bench() {
   tee -a "$S" < "$OUT/bench-sm90.txt"
 }
 
+# Four tests at a time: each spends most of its time in its CPU reference.
 stage_ctest() {
   fits 60 ctest || return 1
   local t0=$(date +%s)
