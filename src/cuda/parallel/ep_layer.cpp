@@ -116,13 +116,17 @@ class EpLayer final : public RankedLayer<EpRank> {
       EpRank& k = *ranks_[size_t(r)];
       const TokenSlice s = token_slice(tokens, config_.size, r);
       MXMOE_RETURN_IF_ERROR(reserve(k, tokens, s.count(), 1));
+      // On the rank's stream: a plain cudaMemcpy from pageable memory returns
+      // before its DMA lands, and the non-blocking stream does not wait for it.
       if (s.count() > 0) {
-        PARALLEL_CUDA(cudaMemcpy(k.x.get(), xb.data() + s.begin * H, size_t(s.count() * H) * 2,
-                                 cudaMemcpyHostToDevice));
+        PARALLEL_CUDA(cudaMemcpyAsync(k.x.get(), xb.data() + s.begin * H, size_t(s.count() * H) * 2,
+                                      cudaMemcpyHostToDevice, k.stream));
         if (routing) {
           const size_t nr = size_t(s.count() * K) * 4;
-          PARALLEL_CUDA(cudaMemcpy(k.ids.get(), routing->ids + s.begin * K, nr, cudaMemcpyHostToDevice));
-          PARALLEL_CUDA(cudaMemcpy(k.rw.get(), routing->weights + s.begin * K, nr, cudaMemcpyHostToDevice));
+          PARALLEL_CUDA(
+              cudaMemcpyAsync(k.ids.get(), routing->ids + s.begin * K, nr, cudaMemcpyHostToDevice, k.stream));
+          PARALLEL_CUDA(
+              cudaMemcpyAsync(k.rw.get(), routing->weights + s.begin * K, nr, cudaMemcpyHostToDevice, k.stream));
         }
       }
       MXMOE_RETURN_IF_ERROR(rank_forward(r, s.count(), routing ? k.ids.get() : nullptr,
@@ -254,13 +258,13 @@ class EpLayer final : public RankedLayer<EpRank> {
     const size_t nr = size_t(s.count() * K);
     MXMOE_RETURN_IF_ERROR(reserve(k, tokens, s.count(), sets));
     if (s.count() > 0) {
-      PARALLEL_CUDA(cudaMemcpy(k.x.get(), in.x.data() + s.begin * H, size_t(s.count() * H) * 2,
-                               cudaMemcpyHostToDevice));
+      PARALLEL_CUDA(cudaMemcpyAsync(k.x.get(), in.x.data() + s.begin * H, size_t(s.count() * H) * 2,
+                                    cudaMemcpyHostToDevice, k.stream));
       for (int i = 0; i < sets; ++i) {
-        PARALLEL_CUDA(cudaMemcpy(k.ids.get() + nr * size_t(i), in.sets[size_t(i)].ids.data() + s.begin * K, nr * 4,
-                                 cudaMemcpyHostToDevice));
-        PARALLEL_CUDA(cudaMemcpy(k.rw.get() + nr * size_t(i), in.sets[size_t(i)].weights.data() + s.begin * K,
-                                 nr * 4, cudaMemcpyHostToDevice));
+        PARALLEL_CUDA(cudaMemcpyAsync(k.ids.get() + nr * size_t(i), in.sets[size_t(i)].ids.data() + s.begin * K,
+                                      nr * 4, cudaMemcpyHostToDevice, k.stream));
+        PARALLEL_CUDA(cudaMemcpyAsync(k.rw.get() + nr * size_t(i), in.sets[size_t(i)].weights.data() + s.begin * K,
+                                      nr * 4, cudaMemcpyHostToDevice, k.stream));
       }
     }
     EventSet ev;

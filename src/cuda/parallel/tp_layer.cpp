@@ -84,10 +84,12 @@ class TpLayer final : public RankedLayer<TpRank> {
     return group_->run([&](int r) -> Status {
       TpRank& k = *ranks_[size_t(r)];
       MXMOE_RETURN_IF_ERROR(reserve(k, tokens, routing ? 1 : 0));
-      PARALLEL_CUDA(cudaMemcpy(k.x.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+      // On the rank's stream: a plain cudaMemcpy from pageable memory returns
+      // before its DMA lands, and the non-blocking stream does not wait for it.
+      PARALLEL_CUDA(cudaMemcpyAsync(k.x.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice, k.stream));
       if (routing) {
-        PARALLEL_CUDA(cudaMemcpy(k.ids.get(), routing->ids, nr * 4, cudaMemcpyHostToDevice));
-        PARALLEL_CUDA(cudaMemcpy(k.rw.get(), routing->weights, nr * 4, cudaMemcpyHostToDevice));
+        PARALLEL_CUDA(cudaMemcpyAsync(k.ids.get(), routing->ids, nr * 4, cudaMemcpyHostToDevice, k.stream));
+        PARALLEL_CUDA(cudaMemcpyAsync(k.rw.get(), routing->weights, nr * 4, cudaMemcpyHostToDevice, k.stream));
       }
       MXMOE_RETURN_IF_ERROR(enqueue(r, tokens, routing ? k.ids.get() : nullptr,
                                     routing ? k.rw.get() : nullptr, true));
@@ -145,12 +147,12 @@ class TpLayer final : public RankedLayer<TpRank> {
     const int sets = int(in.sets.size());
     const size_t nr = size_t(tokens * shape_.topk);
     MXMOE_RETURN_IF_ERROR(reserve(k, tokens, sets));
-    PARALLEL_CUDA(cudaMemcpy(k.x.get(), in.x.data(), in.x.size() * 2, cudaMemcpyHostToDevice));
+    PARALLEL_CUDA(cudaMemcpyAsync(k.x.get(), in.x.data(), in.x.size() * 2, cudaMemcpyHostToDevice, k.stream));
     for (int i = 0; i < sets; ++i) {
-      PARALLEL_CUDA(cudaMemcpy(k.ids.get() + nr * size_t(i), in.sets[size_t(i)].ids.data(), nr * 4,
-                               cudaMemcpyHostToDevice));
-      PARALLEL_CUDA(cudaMemcpy(k.rw.get() + nr * size_t(i), in.sets[size_t(i)].weights.data(), nr * 4,
-                               cudaMemcpyHostToDevice));
+      PARALLEL_CUDA(cudaMemcpyAsync(k.ids.get() + nr * size_t(i), in.sets[size_t(i)].ids.data(), nr * 4,
+                                    cudaMemcpyHostToDevice, k.stream));
+      PARALLEL_CUDA(cudaMemcpyAsync(k.rw.get() + nr * size_t(i), in.sets[size_t(i)].weights.data(), nr * 4,
+                                    cudaMemcpyHostToDevice, k.stream));
     }
     // One forward outside the capture first: NCCL connects the ranks for this
     // message size there, not inside a graph.
