@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$S"
 
 t0=$(date +%s)
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DMXMOE_CUTLASS_DIR="$PWD/build/_deps/cutlass" > "$L" 2>&1 &&
+  -DMXMOE_CUTLASS_DIR="$PWD/build/_deps/cutlass" -DMXMOE_PYTHON="$(command -v python3)" > "$L" 2>&1 &&
   cmake --build "$B" -j16 >> "$L" 2>&1
 rc=$?
 say "build: rc=$rc ($(( $(date +%s) - t0 )) s)"
