@@ -13,6 +13,7 @@
 
 #include "cuda/blockscaled/smxx_emulated_grouped_gemm.h"
 #include "cuda/common/smxx_moe_kernels.h"
+#include "cuda/common/upload_pieces.h"
 #include "mxmoe/format.h"
 #include "prepare/blockscaled_scales.h"
 #ifdef MXMOE_WITH_SM100
@@ -31,36 +32,24 @@ Status cuda_check(cudaError_t err, const char* who, const char* what) {
   return Status::CudaError(fmt::format("{}: {}: {}", who, what, cudaGetErrorString(err)));
 }
 
-// One tensor to upload and the byte its poison margins hold (bf16 tensors:
-// NaN words).
-struct Piece {
-  std::vector<uint8_t> bytes;
-  uint8_t poison = 0;
-  bool bf16_nan = false;
-  size_t off = 0;
-};
-
 template <typename T>
-Piece piece_of(const std::vector<T>& v, uint8_t poison, bool bf16_nan) {
-  Piece p;
-  p.bytes.resize(v.size() * sizeof(T));
-  if (!v.empty()) std::memcpy(p.bytes.data(), v.data(), p.bytes.size());
-  p.poison = poison;
-  p.bf16_nan = bf16_nan;
-  return p;
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+  return out;
 }
 
 // The dense scales ([E][rows][k_blocks], then the plan's neutral rows) packed
 // expert by expert.
-Status packed_scales(const std::vector<uint8_t>& dense, int64_t E, int64_t rows, int64_t k_blocks, Piece* out) {
+Status packed_scales(const std::vector<uint8_t>& dense, int64_t E, int64_t rows, int64_t k_blocks,
+                     std::vector<uint8_t>* out) {
   const int64_t per = blockscaled_scale_bytes(rows, k_blocks);
   if (int64_t(dense.size()) < E * rows * k_blocks)
     return Status::InvalidArgument("block-scaled scales: fewer dense scales than the plan's experts hold");
-  out->bytes.resize(size_t(E * per));
-  out->poison = kE8M0NaN;
+  out->resize(size_t(E * per));
   for (int64_t e = 0; e < E; ++e)
     MXMOE_RETURN_IF_ERROR(pack_blockscaled_scales(dense.data() + e * rows * k_blocks, rows, k_blocks, k_blocks,
-                                                  out->bytes.data() + e * per));
+                                                  out->data() + e * per));
   return Status::Ok();
 }
 
@@ -141,42 +130,29 @@ Status make_forward(BackendKind kind, const PreparedWeights& prep, const Activat
   MXMOE_RETURN_IF_ERROR(smxx::sm_count(who, &gemm.sms));
   gemm.gemm_workspace = gemm.gemm.workspace_bytes(int(E), gemm.sms);
 
-  std::vector<Piece> pieces(8);
-  pieces[0] = piece_of(p.w13_codes, 0x77, false);
-  MXMOE_RETURN_IF_ERROR(packed_scales(p.w13_scales, E, 2 * Ip, Hp / kMxBlock, &pieces[1]));
-  pieces[2] = piece_of(p.b13, 0, true);
-  pieces[3] = piece_of(p.w2_codes, 0x77, false);
-  MXMOE_RETURN_IF_ERROR(packed_scales(p.w2_scales, E, Hp, Ip / kMxBlock, &pieces[4]));
-  pieces[5] = piece_of(p.b2, 0, true);
-  pieces[6] = piece_of(p.router_weight, 0, true);
-  pieces[7] = piece_of(p.router_bias, 0, true);
-  // One allocation: each piece between margins of poison, 256-byte aligned.
+  // The tensors in the layout the kernels read, then one allocation for all.
+  std::vector<std::vector<uint8_t>> host(8);
+  host[0] = bytes_of(p.w13_codes);
+  MXMOE_RETURN_IF_ERROR(packed_scales(p.w13_scales, E, 2 * Ip, Hp / kMxBlock, &host[1]));
+  host[2] = bytes_of(p.b13);
+  host[3] = bytes_of(p.w2_codes);
+  MXMOE_RETURN_IF_ERROR(packed_scales(p.w2_scales, E, Hp, Ip / kMxBlock, &host[4]));
+  host[5] = bytes_of(p.b2);
+  host[6] = bytes_of(p.router_weight);
+  host[7] = bytes_of(p.router_bias);
+  std::vector<smxx::UploadPiece> pieces = {
+      {host[0].size(), 0x77, false}, {host[1].size(), kE8M0NaN, false}, {host[2].size(), 0, true},
+      {host[3].size(), 0x77, false}, {host[4].size(), kE8M0NaN, false}, {host[5].size(), 0, true},
+      {host[6].size(), 0, true},     {host[7].size(), 0, true}};
   const size_t margin = size_t((std::max<int64_t>(poison_margin_bytes, 0) + 255) / 256 * 256);
-  size_t off = 0;
-  for (Piece& pc : pieces) {
-    off += margin;
-    pc.off = off;
-    off += (pc.bytes.size() + 255) / 256 * 256 + margin;
-  }
   auto storage = std::make_shared<smxx::DeviceBuffer>();
-  MXMOE_RETURN_IF_ERROR(storage->reserve(off));
+  MXMOE_RETURN_IF_ERROR(storage->reserve(smxx::lay_out_pieces(&pieces, margin)));
   uint8_t* dev = storage->as<uint8_t>();
-  std::vector<uint8_t> poison;
-  for (const Piece& pc : pieces) {
-    const size_t tail = (pc.bytes.size() + 255) / 256 * 256 - pc.bytes.size() + margin;
-    poison.assign(std::max(margin, tail), pc.poison);
-    if (pc.bf16_nan)
-      for (size_t j = 0; j < poison.size(); ++j) poison[j] = (j & 1) ? 0x7F : 0xC0;
-    if (margin)
-      MXMOE_RETURN_IF_ERROR(cuda_check(cudaMemcpy(dev + pc.off - margin, poison.data(), margin, cudaMemcpyHostToDevice),
-                                       who, "upload"));
-    if (tail)
+  MXMOE_RETURN_IF_ERROR(smxx::write_margins(dev, pieces, margin, who));
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (!host[i].empty())
       MXMOE_RETURN_IF_ERROR(cuda_check(
-          cudaMemcpy(dev + pc.off + pc.bytes.size(), poison.data(), tail, cudaMemcpyHostToDevice), who, "upload"));
-    if (!pc.bytes.empty())
-      MXMOE_RETURN_IF_ERROR(cuda_check(
-          cudaMemcpy(dev + pc.off, pc.bytes.data(), pc.bytes.size(), cudaMemcpyHostToDevice), who, "upload"));
-  }
+          cudaMemcpy(dev + pieces[i].off, host[i].data(), host[i].size(), cudaMemcpyHostToDevice), who, "upload"));
   DeviceWeights w;
   w.who = who;
   w.shape = plan.shape;

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include "cuda/common/upload_pieces.h"
 #include "cuda/portable/portable_launcher.h"
 #include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
@@ -54,26 +55,18 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
     return Status::InvalidArgument("portable: the kernels read codes in fragment order; the plan has none");
   dw.swizzle = plan.swizzle;
   // One allocation holds every tensor, each inside its own poisoned margins.
-  struct Piece { const void* src; size_t bytes; uint8_t poison; bool bf16_nan; size_t off = 0; };
-  std::vector<Piece> pieces = {
-      {p.w13_codes.data(), p.w13_codes.size(), 0x77, false},
-      {p.w13_scales.data(), p.w13_scales.size(), kE8M0NaN, false},
-      {p.b13.data(), p.b13.size() * 2, 0, true},
-      {p.w2_codes.data(), p.w2_codes.size(), 0x77, false},
-      {p.w2_scales.data(), p.w2_scales.size(), kE8M0NaN, false},
-      {p.b2.data(), p.b2.size() * 2, 0, true},
-      {p.router_weight.data(), p.router_weight.size() * 2, 0, true},
-      {p.router_bias.data(), p.router_bias.size() * 2, 0, true},
+  const void* src_of[] = {p.w13_codes.data(), p.w13_scales.data(), p.b13.data(), p.w2_codes.data(),
+                          p.w2_scales.data(), p.b2.data(), p.router_weight.data(), p.router_bias.data()};
+  std::vector<smxx::UploadPiece> pieces = {
+      {p.w13_codes.size(), 0x77, false},       {p.w13_scales.size(), kE8M0NaN, false},
+      {p.b13.size() * 2, 0, true},             {p.w2_codes.size(), 0x77, false},
+      {p.w2_scales.size(), kE8M0NaN, false},   {p.b2.size() * 2, 0, true},
+      {p.router_weight.size() * 2, 0, true},   {p.router_bias.size() * 2, 0, true},
   };
-  size_t off = 0;
-  for (Piece& pc : pieces) {
-    off += margin;
-    pc.off = off;
-    off += (pc.bytes + 255) / 256 * 256 + margin;
-  }
   auto storage = std::make_shared<smxx::DeviceBuffer>();
-  MXMOE_RETURN_IF_ERROR(storage->reserve(off));
+  MXMOE_RETURN_IF_ERROR(storage->reserve(smxx::lay_out_pieces(&pieces, margin)));
   uint8_t* dev = storage->as<uint8_t>();
+  MXMOE_RETURN_IF_ERROR(smxx::write_margins(dev, pieces, margin, "portable"));
   // Each piece goes up on its own, so the host holds at most one staging chunk
   // beside the prepared weights (not a second copy of the whole layer).
   const int64_t E = plan.shape.experts;
@@ -82,18 +75,11 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
       {E * plan.hidden_padded, plan.intermediate_padded}};      // pieces[3], w2
   std::vector<uint8_t> stage;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const Piece& pc = pieces[i];
-    // Poison: the margin before the piece, its 256-byte rounding and the margin after.
-    const size_t tail = (pc.bytes + 255) / 256 * 256 - pc.bytes + margin;
-    stage.assign(std::max(margin, tail), pc.poison);
-    if (pc.bf16_nan)
-      for (size_t j = 0; j < stage.size(); ++j) stage[j] = (j & 1) ? 0x7F : 0xC0;
-    if (margin) PORTABLE_CUDA(cudaMemcpy(dev + pc.off - margin, stage.data(), margin, cudaMemcpyHostToDevice));
-    if (tail) PORTABLE_CUDA(cudaMemcpy(dev + pc.off + pc.bytes, stage.data(), tail, cudaMemcpyHostToDevice));
+    const smxx::UploadPiece& pc = pieces[i];
     if (pc.bytes == 0) continue;
     const bool codes = i == 0 || i == 3, scales = i == 1 || i == 4;
     if (!codes && !scales) {
-      PORTABLE_CUDA(cudaMemcpy(dev + pc.off, pc.src, pc.bytes, cudaMemcpyHostToDevice));
+      PORTABLE_CUDA(cudaMemcpy(dev + pc.off, src_of[i], pc.bytes, cudaMemcpyHostToDevice));
       continue;
     }
     // Codes and scales: the kernels read them in the plan's fragment orders;
@@ -101,7 +87,7 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
     const auto [rows, cols] = code_shape[i < 3 ? 0 : 1];
     const int64_t row_bytes = codes ? cols / 2 : cols / kMxBlock;
     const int64_t chunk_rows = std::max<int64_t>(128, (int64_t(64) << 20) / row_bytes / 128 * 128);
-    const uint8_t* src = static_cast<const uint8_t*>(pc.src);
+    const uint8_t* src = static_cast<const uint8_t*>(src_of[i]);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       const int64_t nr = std::min(chunk_rows, rows - r0);
       stage.resize(size_t(nr * row_bytes));
