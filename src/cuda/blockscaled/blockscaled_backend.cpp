@@ -5,7 +5,6 @@
 #include "cuda/blockscaled/blockscaled_backend.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -30,13 +29,6 @@ namespace {
 Status cuda_check(cudaError_t err, const char* who, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
   return Status::CudaError(fmt::format("{}: {}: {}", who, what, cudaGetErrorString(err)));
-}
-
-template <typename T>
-std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
-  std::vector<uint8_t> out(v.size() * sizeof(T));
-  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
-  return out;
 }
 
 // The dense scales ([E][rows][k_blocks], then the plan's neutral rows) packed
@@ -130,29 +122,27 @@ Status make_forward(BackendKind kind, const PreparedWeights& prep, const Activat
   MXMOE_RETURN_IF_ERROR(smxx::sm_count(who, &gemm.sms));
   gemm.gemm_workspace = gemm.gemm.workspace_bytes(int(E), gemm.sms);
 
-  // The tensors in the layout the kernels read, then one allocation for all.
-  std::vector<std::vector<uint8_t>> host(8);
-  host[0] = bytes_of(p.w13_codes);
-  MXMOE_RETURN_IF_ERROR(packed_scales(p.w13_scales, E, 2 * Ip, Hp / kMxBlock, &host[1]));
-  host[2] = bytes_of(p.b13);
-  host[3] = bytes_of(p.w2_codes);
-  MXMOE_RETURN_IF_ERROR(packed_scales(p.w2_scales, E, Hp, Ip / kMxBlock, &host[4]));
-  host[5] = bytes_of(p.b2);
-  host[6] = bytes_of(p.router_weight);
-  host[7] = bytes_of(p.router_bias);
+  // Only the scales change layout (packed expert by expert); the other
+  // tensors go up straight from the prepared weights, so the host holds no
+  // second copy of the codes.
+  std::vector<uint8_t> w13_scales, w2_scales;
+  MXMOE_RETURN_IF_ERROR(packed_scales(p.w13_scales, E, 2 * Ip, Hp / kMxBlock, &w13_scales));
+  MXMOE_RETURN_IF_ERROR(packed_scales(p.w2_scales, E, Hp, Ip / kMxBlock, &w2_scales));
+  const void* src_of[] = {p.w13_codes.data(), w13_scales.data(), p.b13.data(), p.w2_codes.data(),
+                          w2_scales.data(),   p.b2.data(),       p.router_weight.data(), p.router_bias.data()};
   std::vector<smxx::UploadPiece> pieces = {
-      {host[0].size(), 0x77, false}, {host[1].size(), kE8M0NaN, false}, {host[2].size(), 0, true},
-      {host[3].size(), 0x77, false}, {host[4].size(), kE8M0NaN, false}, {host[5].size(), 0, true},
-      {host[6].size(), 0, true},     {host[7].size(), 0, true}};
+      {p.w13_codes.size(), 0x77, false},     {w13_scales.size(), kE8M0NaN, false}, {p.b13.size() * 2, 0, true},
+      {p.w2_codes.size(), 0x77, false},      {w2_scales.size(), kE8M0NaN, false},  {p.b2.size() * 2, 0, true},
+      {p.router_weight.size() * 2, 0, true}, {p.router_bias.size() * 2, 0, true}};
   const size_t margin = size_t((std::max<int64_t>(poison_margin_bytes, 0) + 255) / 256 * 256);
   auto storage = std::make_shared<smxx::DeviceBuffer>();
   MXMOE_RETURN_IF_ERROR(storage->reserve(smxx::lay_out_pieces(&pieces, margin)));
   uint8_t* dev = storage->as<uint8_t>();
   MXMOE_RETURN_IF_ERROR(smxx::write_margins(dev, pieces, margin, who));
   for (size_t i = 0; i < pieces.size(); ++i)
-    if (!host[i].empty())
+    if (pieces[i].bytes)
       MXMOE_RETURN_IF_ERROR(cuda_check(
-          cudaMemcpy(dev + pieces[i].off, host[i].data(), host[i].size(), cudaMemcpyHostToDevice), who, "upload"));
+          cudaMemcpy(dev + pieces[i].off, src_of[i], pieces[i].bytes, cudaMemcpyHostToDevice), who, "upload"));
   DeviceWeights w;
   w.who = who;
   w.shape = plan.shape;
