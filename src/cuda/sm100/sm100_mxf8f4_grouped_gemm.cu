@@ -33,21 +33,9 @@ static_assert(sizeof(typename Kernel::SharedStorage) <= 232448,
 static_assert(kTileK % kKAlignment == 0 && kKAlignment % 128 == 0,
               "a K tile covers whole scale atoms (4 MX blocks of 32)");
 
-static_assert(reads_grouped_gemm_args<Gemm>(),
-              "the GEMM must read the descriptor arrays in the types launch_grouped_problems writes");
-
-size_t workspace_bytes(int groups, int sms) { return grouped_workspace_bytes<Gemm>(groups, sms); }
-Status run(const blockscaled::GroupedGemmArgs& a, void* workspace, size_t bytes, int sms, cudaStream_t stream) {
-  return run_grouped<Gemm>("sm100", a, workspace, bytes, sms, stream);
-}
-
 }  // namespace
 
-const blockscaled::GroupedGemm& grouped_gemm() {
-  static const blockscaled::GroupedGemm gemm{"sm100 CUTLASS", workspace_bytes, run};
-  return gemm;
-}
-
+const blockscaled::GroupedGemm& grouped_gemm() { return sm1xx::grouped_gemm<Gemm>("sm100 CUTLASS"); }
 bool can_implement(int groups, int m, int n, int k) { return sm1xx::can_implement<Gemm>(groups, m, n, k); }
 int shared_memory_bytes() { return int(sizeof(typename Kernel::SharedStorage)); }
 // Taking the address compiles the kernel into the binary.

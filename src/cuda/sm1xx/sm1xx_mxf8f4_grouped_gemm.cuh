@@ -103,24 +103,35 @@ size_t grouped_workspace_bytes(int groups, int sms) {
 }
 
 // initialize (host: kernel parameters and TMA descriptors; the workspace's
-// set-up enqueued on `stream`) and run on `stream`.
+// set-up enqueued on `stream`) and run on `stream`. Errors name the arch
+// ("sm100: ...").
 template <class Gemm>
-Status run_grouped(const char* who, const blockscaled::GroupedGemmArgs& a, void* workspace, size_t bytes, int sms,
+Status run_grouped(const blockscaled::GroupedGemmArgs& a, void* workspace, size_t bytes, int sms,
                    cudaStream_t stream) {
+  constexpr int arch = Gemm::GemmKernel::ArchTag::kMinComputeCapability;
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess)
-    return Status::CudaError(fmt::format("{}: cudaGetDevice: {}", who, cudaGetErrorString(err)));
+    return Status::CudaError(fmt::format("sm{}: cudaGetDevice: {}", arch, cudaGetErrorString(err)));
   const typename Gemm::Arguments args = grouped_arguments<Gemm>(a, device, sms);
   if (Gemm::get_workspace_size(args) > bytes)
-    return Status::InvalidArgument(fmt::format("{}: GEMM workspace of {} bytes, {} needed", who, bytes,
+    return Status::InvalidArgument(fmt::format("sm{}: GEMM workspace of {} bytes, {} needed", arch, bytes,
                                                Gemm::get_workspace_size(args)));
   Gemm gemm;
   cutlass::Status st = gemm.initialize(args, workspace, stream);
   if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
   if (st != cutlass::Status::kSuccess)
-    return Status::CudaError(fmt::format("{}: CUTLASS grouped GEMM: {} ({})", who, cutlassGetStatusString(st),
+    return Status::CudaError(fmt::format("sm{}: CUTLASS grouped GEMM: {} ({})", arch, cutlassGetStatusString(st),
                                          cudaGetErrorString(cudaGetLastError())));
   return Status::Ok();
+}
+
+// `Gemm` as the pipeline's GroupedGemm, called `name`.
+template <class Gemm>
+const blockscaled::GroupedGemm& grouped_gemm(const char* name) {
+  static_assert(reads_grouped_gemm_args<Gemm>(),
+                "the GEMM must read the descriptor arrays in the types launch_grouped_problems writes");
+  static const blockscaled::GroupedGemm gemm{name, grouped_workspace_bytes<Gemm>, run_grouped<Gemm>};
+  return gemm;
 }
 
 }  // namespace mxmoe::sm1xx
