@@ -2,6 +2,7 @@
 // FLOPs, and the time the board's power limit allows for both.
 #include <gtest/gtest.h>
 
+#include "model_presets.h"
 #include "mxmoe/moe.h"
 #include "roofline.h"
 
@@ -30,6 +31,18 @@ TEST(Roofline, PowerCappedTimeIsBothEnergiesOverTheHeadroom) {
   // More FLOPs or bytes never take less time.
   EXPECT_GT(moe_floor(kGptOss120b, 2048, 128).capped_us, f.capped_us);
   EXPECT_GT(moe_floor(kGptOss120b, 1024, 64).capped_us, moe_floor(kGptOss120b, 1024, 32).capped_us);
+}
+
+TEST(Roofline, TensorParallelShardsAreWholeMxBlocks) {
+  EXPECT_EQ(tp_shard_intermediate(2880, 1), 2880);
+  EXPECT_EQ(tp_shard_intermediate(2880, 2), 1440);
+  EXPECT_EQ(tp_shard_intermediate(2880, 4), 736);  // 720 is 22.5 blocks
+  EXPECT_EQ(tp_shard_intermediate(2880, 8), 384);  // 360 is 11.25 blocks
+  EXPECT_EQ(tp_shard_intermediate(100, 3), 64);    // 34 rounds up to two blocks
+  // A shard's decode floor is its 4 experts' bytes: 1.7 us at TP 8.
+  MoeShape tp8 = kGptOss120b;
+  tp8.intermediate = tp_shard_intermediate(2880, 8);
+  EXPECT_NEAR(moe_floor(tp8, 1, 4).us, 1.71, 0.01);
 }
 
 }  // namespace

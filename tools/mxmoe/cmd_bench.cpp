@@ -1,6 +1,7 @@
 // mxmoe bench: times a backend over a token sweep on GPT-OSS shapes and reports
 // each time against the floor (bytes of the experts touched at the copy
 // bandwidth, or FLOPs at the bf16 GEMM rate).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -34,6 +35,10 @@ struct BenchOptions {
   double power_s = 0;   // GPU: seconds of replays after the timings over which the board's power is read (0: none)
   std::string json, png;
   int tp = 0, ep = 0;  // ranks of a multi-GPU layer, against one GPU (0: none)
+  // One GPU's share of the layer: a tensor-parallel rank's experts at TP =
+  // tp_shard (tp_shard_intermediate), or an explicit intermediate size.
+  int tp_shard = 0;
+  int64_t intermediate = 0;
   ActivationChoice activations;
 };
 
@@ -59,6 +64,15 @@ int run(const BenchOptions& o) {
   std::vector<std::pair<std::string, MoeShape>> models;
   for (const ModelPreset& m : kModelPresets)
     if (o.model == "all" || o.model == m.name) models.emplace_back(m.name, m.shape);
+  for (auto& [name, shape] : models) {
+    if (o.tp_shard > 0) {
+      shape.intermediate = tp_shard_intermediate(shape.intermediate, o.tp_shard);
+      name += fmt::format(" TP{} shard", o.tp_shard);
+    } else if (o.intermediate > 0) {
+      shape.intermediate = o.intermediate;
+      name += fmt::format(" I={}", o.intermediate);
+    }
+  }
   if (o.quick && o.model == "all") models.resize(1);
 
   std::string why;
@@ -107,9 +121,11 @@ int run(const BenchOptions& o) {
     // and clock). With --power-s: W, the board's mean power over that many
     // seconds of replays after the timings, and mJ_fwd, the energy per
     // forward there (the JSON adds that window's time per forward and clock).
-    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>10} {:>8} {:>8} {:>10} {:>11} {:>7} {:>7} {:>6} {:>7}\n", "T",
-               "median_us", "floor_us", "of_floor", "bound", "capped_us", "TFLOP/s", "TB/s", "chained_us",
-               "of_floor_ch", "sm_MHz", "ch_MHz", "W", "mJ_fwd");
+    // x_limit, x_limit_ch: median_us and chained_us over the limit, the
+    // larger of floor_us and capped_us.
+    fmt::print("{:>7} {:>11} {:>10} {:>9} {:>9} {:>10} {:>8} {:>8} {:>10} {:>11} {:>8} {:>10} {:>7} {:>7} {:>6} {:>7}\n",
+               "T", "median_us", "floor_us", "of_floor", "bound", "capped_us", "TFLOP/s", "TB/s", "chained_us",
+               "of_floor_ch", "x_limit", "x_limit_ch", "sm_MHz", "ch_MHz", "W", "mJ_fwd");
     bool power_note_shown = false;
     nlohmann::json rows = nlohmann::json::array();
     PlotSeries measured{name + " " + backend_name(kind), colors[m % 2], false, {}, {}};
@@ -132,22 +148,27 @@ int run(const BenchOptions& o) {
       const double tbps = f.bytes / timing.median_us * 1e-6;
       const double chained = timing.chained_median_us;
       const double pct_chained = chained > 0 ? 100.0 * f.us / chained : 0.0;
+      const double limit_us = std::max(f.us, f.capped_us);
+      const double x_limit = timing.median_us / limit_us, x_limit_ch = chained / limit_us;
       const std::string chained_cols = chained > 0 ? fmt::format("{:>10.1f} {:>10.1f}%", chained, pct_chained)
                                                    : fmt::format("{:>10} {:>11}", "-", "-");
+      const std::string limit_cols = chained > 0 ? fmt::format("{:>8.2f} {:>10.2f}", x_limit, x_limit_ch)
+                                                 : fmt::format("{:>8.2f} {:>10}", x_limit, "-");
       const double mhz = timing.median_sm_clock_mhz, ch_mhz = timing.chained_median_sm_clock_mhz;
       auto clock_col = [](double v) { return v > 0 ? fmt::format("{:>7.0f}", v) : fmt::format("{:>7}", "-"); };
       const bool powered = timing.power_w > 0;
       const std::string power_cols = powered ? fmt::format("{:>6.0f} {:>7.2f}", timing.power_w, timing.energy_mj)
                                              : fmt::format("{:>6} {:>7}", "-", "-");
-      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>10.1f} {:>8.1f} {:>8.2f} {} {} {} {}\n", T,
+      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>10.1f} {:>8.1f} {:>8.2f} {} {} {} {} {}\n", T,
                  timing.median_us, f.us, pct, f.memory_bound ? "memory" : "math", f.capped_us, tflops, tbps,
-                 chained_cols, clock_col(mhz), clock_col(ch_mhz), power_cols);
+                 chained_cols, limit_cols, clock_col(mhz), clock_col(ch_mhz), power_cols);
       rows.push_back({{"tokens", T}, {"median_us", timing.median_us}, {"min_us", timing.min_us},
                       {"iterations", timing.iterations}, {"floor_us", f.us}, {"percent_of_floor", pct},
                       {"bound", f.memory_bound ? "memory" : "math"}, {"power_capped_us", f.capped_us},
                       {"tflops", tflops}, {"tbps", tbps},
                       {"expert_bytes", f.bytes}, {"flops", f.flops}, {"chained_median_us", chained},
-                      {"percent_of_floor_chained", pct_chained}, {"median_sm_clock_mhz", mhz},
+                      {"percent_of_floor_chained", pct_chained}, {"times_limit", x_limit},
+                      {"times_limit_chained", chained > 0 ? x_limit_ch : 0.0}, {"median_sm_clock_mhz", mhz},
                       {"chained_median_sm_clock_mhz", ch_mhz}, {"batch_us", timing.batch_us},
                       {"batch_sm_clock_mhz", timing.batch_sm_clock_mhz}, {"chained_batch_us", timing.chained_batch_us},
                       {"chained_batch_sm_clock_mhz", timing.chained_batch_sm_clock_mhz}, {"power_w", timing.power_w},
@@ -157,7 +178,8 @@ int run(const BenchOptions& o) {
       measured.x.push_back(double(T)), measured.y.push_back(timing.median_us);
       floor_line.x.push_back(double(T)), floor_line.y.push_back(f.us);
     }
-    report["models"].push_back({{"model", name}, {"backend", backend_name(kind)}, {"reason", reason},
+    report["models"].push_back({{"model", name}, {"experts", shape.experts}, {"hidden", shape.hidden},
+                                {"intermediate", shape.intermediate}, {"backend", backend_name(kind)}, {"reason", reason},
                                 {"routing_sets", o.routing_sets}, {"min_warmup_s", o.warmup_s},
                                 {"power_window_s", o.power_s}, {"rows", rows}});
     plot.push_back(measured);
@@ -195,6 +217,12 @@ Runner add_bench(CLI::App& parent) {
   app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; CPU: 1 4)")
       ->delimiter(',')
       ->check(integer_at_least(1));
+  auto* shard = app->add_option("--tp-shard", o->tp_shard,
+                                "One GPU's share at tensor parallel N: the model's experts with I / N rounded up "
+                                "to whole 32-blocks (gpt-oss: 1440, 736, 384 at N = 2, 4, 8)")
+                    ->check(integer_at_least(1));
+  app->add_option("--intermediate", o->intermediate, "The model's experts with this intermediate size instead")
+      ->check(integer_at_least(32))->excludes(shard);
   app->add_flag("--quick", o->quick, "A short smoke run: T = 1, 4 on one model");
   app->add_option("--routing-sets", o->routing_sets, "Routing sets rotated so weights do not stay in L2")
       ->capture_default_str()->check(integer_at_least(1));
@@ -212,7 +240,7 @@ Runner add_bench(CLI::App& parent) {
   app->add_option("--json", o->json, "Write the results as JSON");
   app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");
   auto* tp = app->add_option("--tp", o->tp, "Time the layer tensor parallel over N GPUs against one GPU")
-                 ->check(integer_at_least(1))->excludes(warmup)->excludes(power);
+                 ->check(integer_at_least(1))->excludes(warmup)->excludes(power)->excludes(shard);
   app->add_option("--ep", o->ep, "Time the layer expert parallel over N GPUs against one GPU")
       ->check(integer_at_least(1))->excludes(tp)->excludes(warmup)->excludes(power);
   return [o] { return run(*o); };
