@@ -30,10 +30,31 @@ TEST(PortableHeuristics, PerPairDecodeUpTo24Pairs) {
 }
 
 TEST(PortableHeuristics, TileWaitsFromTwoTokensOfPerPairTiles) {
-  EXPECT_FALSE(decode_tile_waits(1, true));  // one wave of GEMM1: the counts' reset costs more
-  EXPECT_TRUE(decode_tile_waits(2, true));
-  EXPECT_TRUE(decode_tile_waits(6, true));
-  EXPECT_FALSE(decode_tile_waits(8, false));  // expert-grouped tiles
+  EXPECT_FALSE(decode_tile_waits(1, true, false));  // one wave of GEMM1: the counts' reset costs more
+  EXPECT_TRUE(decode_tile_waits(2, true, false));
+  EXPECT_TRUE(decode_tile_waits(6, true, false));
+  EXPECT_FALSE(decode_tile_waits(8, false, false));  // expert-grouped tiles
+  EXPECT_FALSE(decode_tile_waits(2, true, true));    // GEMM2 with the combine waits for all of GEMM1
+}
+
+TEST(PortableHeuristics, DownCombineWhereWarpsHaveFewChunks) {
+  // gpt-oss-120b's tensor-parallel shards (padded I 384, 768, 1472: 3, 6 and
+  // 12 chunks) and the full layer (2880: 23 chunks), top-4 of 128 experts.
+  EXPECT_EQ(down_combine_warps(1, 4, 128, 384), 16);  // one chunk a warp
+  EXPECT_EQ(down_combine_warps(1, 4, 128, 768), 0);
+  EXPECT_EQ(down_combine_warps(1, 4, 128, 2880), 0);
+  EXPECT_EQ(down_combine_warps(2, 4, 128, 384), 8);   // two warps a slot: 2 chunks a warp
+  EXPECT_EQ(down_combine_warps(16, 4, 128, 768), 8);  // 3
+  EXPECT_EQ(down_combine_warps(17, 4, 128, 768), 0);  // more pairs than half the experts
+  EXPECT_EQ(down_combine_warps(4, 4, 32, 384), 8);    // gpt-oss-20b: up to 16 pairs
+  EXPECT_EQ(down_combine_warps(8, 4, 32, 384), 0);
+  EXPECT_EQ(down_combine_warps(2, 4, 128, 1472), 0);  // 6
+  EXPECT_EQ(down_combine_warps(6, 4, 128, 2880), 0);
+  EXPECT_EQ(down_combine_warps(2, 8, 128, 384), 8);   // a warp a slot, 3 chunks each
+  EXPECT_EQ(down_combine_warps(2, 1, 128, 2880), 8);  // eight warps on one slot's 23 chunks
+  EXPECT_EQ(down_combine_warps(1, 4, 128, 2880, 8), 8);  // overrides
+  EXPECT_EQ(down_combine_warps(1, 4, 128, 384, kDownCombineSplit), 0);
+  EXPECT_EQ(down_combine_warps(2, 9, 128, 384), 0);  // more slots than the kernel holds
 }
 
 TEST(PortableHeuristics, DecodeBlockWarpsFollowTheGrid) {
@@ -42,7 +63,9 @@ TEST(PortableHeuristics, DecodeBlockWarpsFollowTheGrid) {
   EXPECT_EQ(decode_block_warps(4 * 90, 132), 8);
   EXPECT_EQ(decode_block_warps(528, 132), 4);  // 4 blocks per SM
   EXPECT_EQ(decode_block_warps(527, 132), 8);
-  EXPECT_EQ(decode_block_warps(1, 132), 8);
+  EXPECT_EQ(decode_block_warps(133, 132), 8);
+  EXPECT_EQ(decode_block_warps(4 * 24, 132), 16);  // the TP 8 shard's GEMM1 at T = 1 (2I = 768)
+  EXPECT_EQ(decode_block_warps(1, 132), 16);
 }
 
 TEST(PortableHeuristics, DecodeWarpsPerGemm) {
@@ -53,19 +76,25 @@ TEST(PortableHeuristics, DecodeWarpsPerGemm) {
   EXPECT_EQ(decode_warps(2, 4, 32, 5760, 2880, 132).gemm2, 4);   // 8 x 90
   EXPECT_EQ(decode_warps(16, 4, 32, 5760, 2880, 132).gemm2, 4);  // 40 tiles x 90
   const DecodeWarps small = decode_warps(1, 2, 8, 384, 192, 132);  // H = I = 192
-  EXPECT_EQ(small.gemm1, 8);
-  EXPECT_EQ(small.gemm2, 8);
+  EXPECT_EQ(small.gemm1, 16);  // 2 x 12 blocks
+  EXPECT_EQ(small.gemm2, 16);
   EXPECT_EQ(describe_decode_warps(t1, 132), "blocks of 4 warps (GEMM1) and 8 (GEMM2) on 132 SMs");
 }
 
 TEST(PortableHeuristics, DescribesTheTiles) {
-  EXPECT_EQ(describe_tiles(1, 4, 32), kPerPairDescription);
-  EXPECT_EQ(describe_tiles(2, 4, 32), std::string(kPerPairDescription) + kTileWaitDescription);
-  EXPECT_EQ(describe_tiles(6, 4, 32), std::string(kPerPairDescription) + kTileWaitDescription);
-  EXPECT_EQ(describe_tiles(8, 4, 32), "8-token tiles of expert-grouped rows");
-  EXPECT_EQ(describe_tiles(16, 4, 32), "8-token tiles of expert-grouped rows");
-  EXPECT_EQ(describe_tiles(1024, 4, 32), "32-token tiles of expert-grouped rows");
-  EXPECT_EQ(describe_tiles(16384, 4, 32), "64-token tiles of expert-grouped rows");
+  EXPECT_EQ(describe_tiles(1, 4, 32, 2880), kPerPairDescription);
+  EXPECT_EQ(describe_tiles(2, 4, 32, 2880), std::string(kPerPairDescription) + kTileWaitDescription);
+  EXPECT_EQ(describe_tiles(6, 4, 32, 2880), std::string(kPerPairDescription) + kTileWaitDescription);
+  EXPECT_EQ(describe_tiles(1, 4, 128, 384),
+            std::string(kPerPairDescription) + ", GEMM2 and the combine in one kernel (16 warps a block)");
+  EXPECT_EQ(describe_tiles(2, 4, 128, 384),
+            std::string(kPerPairDescription) + ", GEMM2 and the combine in one kernel (8 warps a block)");
+  EXPECT_EQ(describe_tiles(16, 4, 128, 768),
+            "8-token tiles of expert-grouped rows, GEMM2 and the combine in one kernel (8 warps a block)");
+  EXPECT_EQ(describe_tiles(8, 4, 32, 2880), "8-token tiles of expert-grouped rows");
+  EXPECT_EQ(describe_tiles(16, 4, 32, 2880), "8-token tiles of expert-grouped rows");
+  EXPECT_EQ(describe_tiles(1024, 4, 32, 2880), "32-token tiles of expert-grouped rows");
+  EXPECT_EQ(describe_tiles(16384, 4, 32, 2880), "64-token tiles of expert-grouped rows");
 }
 
 }  // namespace

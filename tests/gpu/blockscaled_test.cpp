@@ -94,8 +94,8 @@ void group(const std::vector<int32_t>& ids, int64_t T, int64_t k, int64_t E, Gro
   g->sch = smxx::schedule_in(g->ws->p, off);
   g->max_rows = off.rows;
   ASSERT_EQ(cudaMemcpy(g->sch.ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  const Status st = smxx::launch_group_by_expert(g->sch.ids, T * k, E, blockscaled::kRowTile, g->sch, false, nullptr,
-                                                 "test");
+  const Status st = smxx::launch_group_by_expert(g->sch.ids, nullptr, T * k, E, blockscaled::kRowTile, g->sch, false,
+                                                 nullptr, "test");
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   g->sorted_pair.resize(size_t(off.rows));

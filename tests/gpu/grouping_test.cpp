@@ -3,9 +3,14 @@
 // (padding rows -1), pair_row, and rows past the schedule left as they were.
 // Pair counts from 1 to 65536 (gpt-oss T = 16384, k = 4) and past the most
 // ranges, on the one-block kernel and the range kernels, token tiles 8 to 160,
-// uniform ids, one hot expert, and most experts empty.
+// uniform ids, one hot expert, and most experts empty; and a caller's routing
+// as given, whose ids outside [0, E) are grouped as expert 0 and whose
+// weights come out checked (NaN for those pairs), on both kernels.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -26,7 +31,7 @@ namespace {
 
 constexpr int32_t kUntouched = 0x7E7E7E7E;  // the device buffers' fill byte 0x7E
 
-enum class Ids { kUniform, kOneHot, kFew };
+enum class Ids { kUniform, kOneHot, kFew, kSomeOutOfRange };
 
 struct Grouping {
   int32_t num_tiles = 0;
@@ -68,6 +73,9 @@ std::vector<int32_t> make_ids(int64_t pairs, int E, Ids mode, uint64_t seed) {
       case Ids::kUniform: id = r; break;
       case Ids::kOneHot: id = (s >> 20) % 8 ? E - 1 : r; break;  // 7 in 8 on the last expert
       case Ids::kFew: id = r % 3 == 0 ? 0 : E - 1 - r % 2; break;   // experts 0, E-2, E-1
+      case Ids::kSomeOutOfRange:  // 1 in 8 outside [0, E): -1, E, or far off
+        id = (s >> 20) % 8 ? r : std::array<int32_t, 3>{-1, E, -2147483647 - 1}[(s >> 24) % 3];
+        break;
     }
   }
   return ids;
@@ -92,9 +100,18 @@ void check(int64_t pairs, int E, int tile, Ids mode, uint64_t seed) {
   SCOPED_TRACE("pairs " + std::to_string(pairs) + " experts " + std::to_string(E) + " tile " +
                std::to_string(tile) + " mode " + std::to_string(int(mode)) + " seed " + std::to_string(seed));
   const std::vector<int32_t> ids = make_ids(pairs, E, mode, seed);
+  // launch_check_routing's rule: an id outside [0, E) is expert 0, weight NaN.
+  std::vector<int32_t> checked_ids(ids.size());
+  std::vector<float> weights(ids.size()), checked_weights(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const bool in_range = ids[i] >= 0 && ids[i] < E;
+    checked_ids[i] = in_range ? ids[i] : 0;
+    weights[i] = 0.25f + float(i % 97) / 97.f;
+    checked_weights[i] = in_range ? weights[i] : std::nanf("");
+  }
   // k = 1 and T = pairs: the bound only depends on their product.
   const int64_t max_tiles = smxx::max_token_tiles(pairs, 1, E, tile);
-  const Grouping want = host_grouping(ids, E, tile, max_tiles);
+  const Grouping want = host_grouping(checked_ids, E, tile, max_tiles);
   ASSERT_LE(want.num_tiles, max_tiles);
 
   const int64_t range_ints = smxx::group_range_count_ints(pairs, E);
@@ -102,10 +119,12 @@ void check(int64_t pairs, int E, int tile, Ids mode, uint64_t seed) {
   DeviceBuffer<int32_t> d_ids(ids.size(), 0), sorted(size_t(max_tiles * tile), 0x7E),
       pair_row(ids.size(), 0x7E), tile_expert(size_t(max_tiles), 0x7E), tile_row(size_t(max_tiles), 0x7E),
       num_tiles(1, 0x7E);
+  DeviceBuffer<float> d_weights(ids.size(), 0), weights_out(ids.size(), 0x7E);
   ASSERT_EQ(cudaMemcpy(d_ids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  const Status st =
-      smxx::launch_group_by_expert(d_ids.p, pairs, E, tile, range_ints > 0 ? range_counts.p : nullptr, sorted.p,
-                                   pair_row.p, tile_expert.p, tile_row.p, num_tiles.p, false, nullptr, "test");
+  ASSERT_EQ(cudaMemcpy(d_weights.p, weights.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  const Status st = smxx::launch_group_by_expert(d_ids.p, d_weights.p, pairs, E, tile, weights_out.p,
+                                                 range_ints > 0 ? range_counts.p : nullptr, sorted.p, pair_row.p,
+                                                 tile_expert.p, tile_row.p, num_tiles.p, false, nullptr, "test");
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
@@ -115,6 +134,9 @@ void check(int64_t pairs, int E, int tile, Ids mode, uint64_t seed) {
   EXPECT_EQ(pair_row.read(ids.size()), want.pair_row);
   EXPECT_EQ(tile_expert.read(size_t(max_tiles)), want.tile_expert);
   EXPECT_EQ(tile_row.read(size_t(max_tiles)), want.tile_row);
+  // The checked weights, bit for bit (NaN where the id was out of range).
+  const std::vector<float> got_weights = weights_out.read(ids.size());
+  EXPECT_EQ(std::memcmp(got_weights.data(), checked_weights.data(), ids.size() * 4), 0);
 }
 
 class GroupingGpu : public ::testing::Test {
@@ -152,6 +174,12 @@ TEST_F(GroupingGpu, MoreRangesThanTheBound) {
   ASSERT_EQ(smxx::group_range_pairs(pairs), 2 * smxx::kGroupRangePairs);
   check(pairs, 32, 128, Ids::kUniform, 40);
   check(pairs, 256, 8, Ids::kOneHot, 41);
+}
+
+TEST_F(GroupingGpu, CallerIdsOutOfRange) {
+  check(7, 32, 8, Ids::kSomeOutOfRange, 50);
+  check(1000, 128, 16, Ids::kSomeOutOfRange, 51);
+  check(smxx::kOneBlockGroupPairs + 777, 128, 64, Ids::kSomeOutOfRange, 52);  // the range kernels
 }
 
 TEST_F(GroupingGpu, SkewedExperts) {

@@ -48,14 +48,15 @@ std::string describe(const Case& c) {
 }
 
 // Runs one case; returns the GPU output for further checks.
-std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr) {
-  SCOPED_TRACE(describe(c));
+std::vector<float> check_case(const Case& c, const MoeWeights* given = nullptr,
+                              const portable::Overrides& overrides = {}) {
+  SCOPED_TRACE(describe(c) + " down_combine_warps=" + std::to_string(overrides.down_combine_warps));
   MoeWeights local;
   if (!given) local = make_random_weights(c.shape, c.seed);
   const MoeWeights& w = given ? *given : local;
   const std::vector<float> x = round_to_bf16(random_floats(size_t(c.tokens * c.shape.hidden), c.seed + 1));
   std::unique_ptr<Backend> be;
-  const Status cs = create_portable_backend(w.view(), PortableOptions{kPoison}, &be);
+  const Status cs = create_portable_backend(w.view(), PortableOptions{{kPoison}, overrides}, &be);
   EXPECT_TRUE(cs.ok()) << cs.message();
   if (!cs.ok()) return {};
   return expect_matches_reference(*be, w, x, c.tokens, c.mode, c.seed + 2);
@@ -144,6 +145,42 @@ TEST_F(PortableGpu, PerPairDecode) {
   check_case({{32, 320, 224, 4}, 7, RouteMode::kRouter, 659});
 }
 
+TEST_F(PortableGpu, DecodeGemm2WithTheCombine) {
+  // The decode's GEMM2 with the combine in it (down_combine_warps): blocks of
+  // 8 and 16 warps, and GEMM2 and the combine apart, on gpt-oss's H = 2880
+  // with the tensor-parallel shards' I (1440, 736 padded to 768, 384) and the
+  // full I (22 chunks and a 64-wide tail in each slot), on per-pair tiles (1
+  // to 6 tokens) and expert-grouped 8-token tiles (pair rows from the
+  // grouping), top-k of 1 to 8 (k = 3 leaves two of 8 warps idle), every
+  // slot on one expert, most experts empty, the router's routing; GEMM1 in
+  // blocks of 16 warps where its grid is one block an SM or less (I = 384 at
+  // one token).
+  const portable::Overrides fused8{8}, fused16{16}, split{portable::kDownCombineSplit};
+  struct DecodeCase {
+    Case c;
+    bool quick;
+  };
+  const DecodeCase cases[] = {
+      {{{32, 2880, 384, 4}, 1, RouteMode::kRandom, 1100}, true},
+      {{{32, 2880, 736, 4}, 2, RouteMode::kRandom, 1101}, true},
+      {{{32, 2880, 1440, 4}, 3, RouteMode::kRandom, 1102}, false},
+      {{{32, 2880, 384, 4}, 16, RouteMode::kRandom, 1103}, true},
+      {{{8, 2880, 2880, 4}, 1, RouteMode::kRandom, 1104}, false},
+      {{{32, 320, 224, 3}, 5, RouteMode::kRandom, 1105}, true},
+      {{{32, 160, 160, 8}, 3, RouteMode::kRandom, 1106}, true},
+      {{{32, 320, 224, 1}, 24, RouteMode::kOneExpert, 1107}, true},
+      {{{32, 320, 224, 4}, 2, RouteMode::kRepeatedExpert, 1108}, true},
+      {{{32, 2880, 736, 4}, 4, RouteMode::kRouter, 1109}, true},
+      {{{128, 320, 224, 4}, 32, RouteMode::kFewExperts, 1110}, true},
+      {{{32, 320, 224, 4}, 12, RouteMode::kOneExpert, 1111}, true},
+      {{{128, 2880, 1440, 4}, 8, RouteMode::kRouter, 1112}, false},
+  };
+  for (const DecodeCase& d : cases) {
+    if (quick_sweep() && !d.quick) continue;
+    for (const portable::Overrides& o : {fused8, fused16, split}) check_case(d.c, nullptr, o);
+  }
+}
+
 TEST_F(PortableGpu, ExtremeScales) {
   // Scales across the E8M0 range the bf16 fold must handle: tiny (s < 8,
   // including 0), the neutral 127 and s > 128 (two-step fold).
@@ -161,7 +198,7 @@ TEST_F(PortableGpu, BitwiseReproducible) {
   for (int64_t T : {int64_t(1), int64_t(7), int64_t(quick_sweep() ? 129 : 1000)}) {
     const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
     std::unique_ptr<Backend> be;
-    ASSERT_TRUE(create_portable_backend(w.view(), PortableOptions{kPoison}, &be).ok());
+    ASSERT_TRUE(create_portable_backend(w.view(), PortableOptions{{kPoison}}, &be).ok());
     std::vector<float> y1(x.size()), y2(x.size());
     ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y1.data()).ok());
     ASSERT_TRUE(be->forward_host(x.data(), T, nullptr, y2.data()).ok());
@@ -170,17 +207,22 @@ TEST_F(PortableGpu, BitwiseReproducible) {
 }
 
 // Two forwards back to back on one workspace (expect_back_to_back_forwards):
-// per-pair decode tiles at 1 token and with the per-tile waits (3), expert-
-// grouped decode tiles (16), and prefill tiles (200).
+// per-pair decode tiles at 1 token and at 3 (with the per-tile waits where
+// GEMM2 and the combine are apart), expert-grouped decode tiles (16), and
+// prefill tiles (200).
 TEST_F(PortableGpu, ForwardsBackToBackOnOneWorkspace) {
   const MoeShape s{32, 320, 224, 4};
   const MoeWeights w = make_random_weights(s, 960);
   PreparedWeights prep;
   ASSERT_TRUE(prepare_weights(make_plan(BackendKind::kPortable, s), w.view(), &prep).ok());
-  std::unique_ptr<smxx::DeviceForward> fwd;
-  ASSERT_TRUE(portable::make_forward(prep, kPoison, &fwd).ok());
-  for (int64_t T : {int64_t(1), int64_t(3), int64_t(16), int64_t(200)})
-    testing::expect_back_to_back_forwards(*fwd, w, T, 961);
+  // The per-pair decode with GEMM2 and the combine in one kernel (this
+  // shape's heuristic) and apart.
+  for (const portable::Overrides& o : {portable::Overrides{}, portable::Overrides{portable::kDownCombineSplit}}) {
+    std::unique_ptr<smxx::DeviceForward> fwd;
+    ASSERT_TRUE(portable::make_forward(prep, kPoison, &fwd, o).ok());
+    for (int64_t T : {int64_t(1), int64_t(3), int64_t(16), int64_t(200)})
+      testing::expect_back_to_back_forwards(*fwd, w, T, 961);
+  }
 }
 
 TEST_F(PortableGpu, CreateBackendDispatch) {

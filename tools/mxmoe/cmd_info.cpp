@@ -22,6 +22,7 @@ namespace {
 struct InfoOptions {
   std::string checkpoint;
   std::string model = "gpt-oss-20b";
+  int tp_shard = 0;  // one rank's experts at tensor parallel N (tp_shard_intermediate)
 };
 
 int fail(const Status& s) {
@@ -37,6 +38,10 @@ int run(const InfoOptions& o) {
     if (Status s = Checkpoint::open(o.checkpoint, std::nullopt, &ckpt); !s.ok()) return fail(s);
     shape = ckpt->info().shape;
     shape_source = "checkpoint " + o.checkpoint;
+  }
+  if (o.tp_shard > 0) {
+    shape.intermediate = tp_shard_intermediate(shape.intermediate, o.tp_shard);
+    shape_source += fmt::format(", one rank's experts at tensor parallel {}", o.tp_shard);
   }
   const auto archs = compiled_cuda_archs();
   fmt::print("mxmoe {}\n", MXMOE_VERSION);
@@ -54,17 +59,19 @@ int run(const InfoOptions& o) {
   // What the portable and sm90 backends would run at each token count of the bench sweep, on this
   // GPU's SM count or an H200's.
   const int sms = devices.empty() ? 132 : devices.front().multiprocessors;
-  // The decode GEMMs' block warps for a plan's padded shape (8-token tiles only).
+  // The decode GEMMs' block warps for a plan's padded shape (8-token tiles
+  // only): GEMM2's are the fused kernel's where it runs with the combine.
   const auto decode_blocks = [&](int64_t T, const PreparePlan& plan) {
-    return "; " + portable::describe_decode_warps(
-                      portable::decode_warps(T, shape.topk, shape.experts, 2 * plan.intermediate_padded,
-                                             plan.hidden_padded, sms),
-                      sms);
+    portable::DecodeWarps w = portable::decode_warps(T, shape.topk, shape.experts, 2 * plan.intermediate_padded,
+                                                     plan.hidden_padded, sms);
+    if (const int fused = portable::down_combine_warps(T, shape.topk, shape.experts, plan.intermediate_padded))
+      w.gemm2 = fused;
+    return "; " + portable::describe_decode_warps(w, sms);
   };
   const PreparePlan portable_plan = make_plan(BackendKind::kPortable, shape);
   fmt::print("\nportable configuration per token count (docs/PERF.md):\n");
   for (int64_t T : {1, 4, 16, 64, 256, 1024, 4096, 16384})
-    fmt::print("  T = {:>5}: {}{}\n", T, portable::describe_tiles(T, shape.topk, shape.experts),
+    fmt::print("  T = {:>5}: {}{}\n", T, portable::describe_tiles(T, shape.topk, shape.experts, portable_plan.intermediate_padded),
                portable::token_tile(T, shape.topk, shape.experts) == 8 ? decode_blocks(T, portable_plan) : "");
   const PreparePlan sm90_plan = make_plan(BackendKind::kSm90, shape);
   fmt::print("\nsm90 configuration per token count (heuristics measured on an H200; docs/PERF.md):\n");
@@ -89,6 +96,9 @@ Runner add_info(CLI::App& parent) {
   app->add_option("--checkpoint", o->checkpoint, "Show padded shapes and bytes for this checkpoint's shape");
   app->add_option("--model", o->model, "Shape preset when no checkpoint is given")
       ->check(CLI::IsMember(model_names()))->capture_default_str();
+  app->add_option("--tp-shard", o->tp_shard,
+                  "The shape one GPU holds at tensor parallel N (I / N rounded up to whole 32-blocks)")
+      ->check(integer_at_least(1));
   return [o] { return run(*o); };
 }
 

@@ -144,7 +144,7 @@ Status moe_forward(const DeviceWeights& w, const GemmRunner& gemm, const smxx::F
                                                    sch.ids, sch.weights, false, stream, who));
   }
   // 2. Pairs by expert in 128-row tiles, and their x rows in MXFP8.
-  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(sch.ids, T * k, E, kRowTile, sch, false, stream, who));
+  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(sch.ids, nullptr, T * k, E, kRowTile, sch, false, stream, who));
   const GroupedRows rows{sch.sorted_pair, sch.tile_expert, sch.num_tiles, l.schedule.rows};
   const MxScaleRule rule = w.mxfp8_scale_rule;
   MXMOE_RETURN_IF_ERROR(

@@ -299,10 +299,25 @@ __host__ __device__ constexpr size_t group_smem_bytes(int E, int threads) {
   return size_t(3 + threads / 32) * size_t(E) * sizeof(int);
 }
 
+// A caller's routing entry made harmless (launch_check_routing's rule): an
+// id outside [0, E) counts as expert 0, and its pair's weight as NaN.
+__device__ __forceinline__ bool routed_in_range(int id, int E) { return unsigned(id) < unsigned(E); }
+__device__ __forceinline__ int routed_expert(int id, int E) { return routed_in_range(id, E) ? id : 0; }
+
+// The routing weights of pairs [begin, end) as the GEMMs read them, where
+// the caller's are given (weights_in non-null): NaN for a pair whose id is
+// outside [0, E). The router's need no copy.
+__device__ __forceinline__ void check_weights(const int32_t* __restrict__ ids, const float* __restrict__ weights_in,
+                                              int begin, int end, int E, float* __restrict__ weights_out) {
+  if (weights_in == nullptr) return;
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x)
+    weights_out[i] = routed_in_range(ids[i], E) ? weights_in[i] : __int_as_float(0x7fc00000);
+}
+
 // Walks this warp's span of pairs [begin, end): visit(e, peers, pair) on every
 // lane (e = -1 past the end), then the step's pairs of e counted into mine[e].
 template <typename Visit>
-__device__ __forceinline__ void walk_span(const int32_t* __restrict__ ids, int begin, int end, int* mine,
+__device__ __forceinline__ void walk_span(const int32_t* __restrict__ ids, int begin, int end, int E, int* mine,
                                           Visit&& visit) {
   constexpr int kBatch = 4;  // steps whose id loads are in flight together
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -313,7 +328,7 @@ __device__ __forceinline__ void walk_span(const int32_t* __restrict__ ids, int b
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int p = p0 + 32 * b + lane;
-      e[b] = p < w1 ? ids[p] : -1;
+      e[b] = p < w1 ? routed_expert(ids[p], E) : -1;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -333,7 +348,7 @@ __device__ __forceinline__ void count_range(const int32_t* __restrict__ ids, int
   const int warps = blockDim.x >> 5;
   for (int i = threadIdx.x; i < warps * E; i += blockDim.x) t.rows[i] = 0;
   __syncthreads();
-  walk_span(ids, begin, end, t.rows + (threadIdx.x >> 5) * E, [](int, unsigned, int) {});
+  walk_span(ids, begin, end, E, t.rows + (threadIdx.x >> 5) * E, [](int, unsigned, int) {});
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int sum = 0;
@@ -399,7 +414,7 @@ __device__ __forceinline__ void place_range(const int32_t* __restrict__ ids, int
                                             int32_t* __restrict__ pair_row) {
   int* const mine = t.rows + (threadIdx.x >> 5) * E;
   const unsigned lt_mask = (1u << (threadIdx.x & 31)) - 1u;
-  walk_span(ids, begin, end, mine, [&](int e, unsigned peers, int pair) {
+  walk_span(ids, begin, end, E, mine, [&](int e, unsigned peers, int pair) {
     if (e < 0) return;
     const int pos = t.base[e] + mine[e] + __popc(peers & lt_mask);
     sorted_pair[pos] = pair;
@@ -409,14 +424,15 @@ __device__ __forceinline__ void place_range(const int32_t* __restrict__ ids, int
 
 // Up to kOneBlockGroupPairs: one block groups every pair.
 __global__ void __launch_bounds__(kGroupThreads)
-smxx_group_by_expert(const int32_t* __restrict__ ids, int n_pairs, int E, int tile,
-                     int32_t* __restrict__ sorted_pair, int32_t* __restrict__ pair_row,
-                     int32_t* __restrict__ tile_expert, int32_t* __restrict__ tile_row,
-                     int32_t* __restrict__ num_tiles) {
+smxx_group_by_expert(const int32_t* __restrict__ ids, const float* __restrict__ weights_in, int n_pairs, int E,
+                     int tile, float* __restrict__ weights_out, int32_t* __restrict__ sorted_pair,
+                     int32_t* __restrict__ pair_row, int32_t* __restrict__ tile_expert,
+                     int32_t* __restrict__ tile_row, int32_t* __restrict__ num_tiles) {
   extern __shared__ int ismem[];
   const GroupTables t(ismem, E);
   wait_for_previous_kernels();
   allow_next_kernel();
+  check_weights(ids, weights_in, 0, n_pairs, E, weights_out);
   count_range(ids, 0, n_pairs, E, t);
   const int tiles = scan_tiles(t, E, tile, num_tiles);
   write_tiles(t, E, tile, tiles, tile_expert, tile_row);
@@ -429,13 +445,14 @@ smxx_group_by_expert(const int32_t* __restrict__ ids, int n_pairs, int E, int ti
 // Past kOneBlockGroupPairs, first: block r counts range r (pairs [r *
 // range_pairs, ...)) per expert into range_counts[r][E].
 __global__ void __launch_bounds__(kGroupThreads)
-smxx_count_ranges(const int32_t* __restrict__ ids, int n_pairs, int range_pairs, int E,
-                  int32_t* __restrict__ range_counts) {
+smxx_count_ranges(const int32_t* __restrict__ ids, const float* __restrict__ weights_in, int n_pairs,
+                  int range_pairs, int E, float* __restrict__ weights_out, int32_t* __restrict__ range_counts) {
   extern __shared__ int ismem[];
   const GroupTables t(ismem, E);
   const int begin = blockIdx.x * range_pairs, end = min(n_pairs, begin + range_pairs);
   wait_for_previous_kernels();  // the ids may come from the router, the kernel before
   allow_next_kernel();
+  check_weights(ids, weights_in, begin, end, E, weights_out);
   count_range(ids, begin, end, E, t);
   for (int e = threadIdx.x; e < E; e += blockDim.x) range_counts[blockIdx.x * E + e] = t.totals[e];
 }
@@ -599,17 +616,21 @@ Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, int64_t x_str
                      who, "router launch");
 }
 
-Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int tile, int32_t* range_counts,
-                              int32_t* sorted_pair, int32_t* pair_row, int32_t* tile_expert, int32_t* tile_row,
-                              int32_t* num_tiles, bool overlap, cudaStream_t stream, const char* who) {
+Status launch_group_by_expert(const int32_t* ids, const float* weights_in, int64_t pairs, int64_t E, int tile,
+                              float* weights_out, int32_t* range_counts, int32_t* sorted_pair, int32_t* pair_row,
+                              int32_t* tile_expert, int32_t* tile_row, int32_t* num_tiles, bool overlap,
+                              cudaStream_t stream, const char* who) {
+  if (weights_in != nullptr && weights_out == nullptr)
+    return Status::InvalidArgument(fmt::format("{}: grouping a caller's routing needs the weights' output", who));
   const int64_t ranges = group_ranges(pairs);
   if (ranges == 1) {
     // Fewer threads for few pairs: at most one 32-pair step a warp, so the
     // short walk is not paid for with 32 warps' rows of counts.
     const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(128, (pairs + 31) / 32 * 32)));
     return cuda_status(launch_kernel(smxx_group_by_expert, dim3(1), dim3(unsigned(threads)),
-                                     group_smem_bytes(int(E), threads), stream, overlap, ids, int(pairs), int(E), tile,
-                                     sorted_pair, pair_row, tile_expert, tile_row, num_tiles),
+                                     group_smem_bytes(int(E), threads), stream, overlap, ids, weights_in, int(pairs),
+                                     int(E), tile, weights_out, sorted_pair, pair_row, tile_expert, tile_row,
+                                     num_tiles),
                        who, "grouping launch");
   }
   if (range_counts == nullptr)
@@ -618,8 +639,8 @@ Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t E, int 
   const int range_pairs = int(group_range_pairs(pairs));
   const size_t smem = group_smem_bytes(int(E), kGroupThreads);
   MXMOE_RETURN_IF_ERROR(cuda_status(launch_kernel(smxx_count_ranges, dim3(unsigned(ranges)), dim3(kGroupThreads),
-                                                  smem, stream, overlap, ids, int(pairs), range_pairs, int(E),
-                                                  range_counts),
+                                                  smem, stream, overlap, ids, weights_in, int(pairs), range_pairs,
+                                                  int(E), weights_out, range_counts),
                                     who, "grouping count launch"));
   return cuda_status(launch_kernel(smxx_place_ranges, dim3(unsigned(ranges)), dim3(kGroupThreads), smem, stream,
                                    overlap, ids, int(pairs), range_pairs, int(E), tile,

@@ -48,9 +48,14 @@ Status launch_router_topk(const uint16_t* x, int64_t tokens, int64_t hidden, int
 // keep their order, so every row's position is deterministic. range_counts:
 // group_range_count_ints(pairs, experts) ints of workspace (may be null where
 // that is 0). One launch, or two past kOneBlockGroupPairs.
-Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts, int tile, int32_t* range_counts,
-                              int32_t* sorted_pair, int32_t* pair_row, int32_t* tile_expert, int32_t* tile_row,
-                              int32_t* num_tiles, bool overlap, cudaStream_t stream, const char* who);
+// The ids may be a caller's as given: one outside [0, E) is grouped as
+// expert 0, and with weights_in (the caller's weights) non-null,
+// weights_out[i] = weights_in[i], or NaN for such a pair (launch_check_routing's
+// rule, without its launch). weights_in null: the weights need no copy (the router's).
+Status launch_group_by_expert(const int32_t* ids, const float* weights_in, int64_t pairs, int64_t experts, int tile,
+                              float* weights_out, int32_t* range_counts, int32_t* sorted_pair, int32_t* pair_row,
+                              int32_t* tile_expert, int32_t* tile_row, int32_t* num_tiles, bool overlap,
+                              cudaStream_t stream, const char* who);
 
 // y[t] = sum over slots s = 0..k-1, in that order, of row pair_row[t * k + s]
 // of ypair (fp32 [rows, hidden]), or of row t * k + s where pair_row is null;
@@ -116,11 +121,14 @@ inline Schedule schedule_in(void* workspace, const ScheduleOffsets& s) {
           ints(s.pair_row),    ints(s.range_counts)};
 }
 
-// launch_group_by_expert into a workspace's schedule.
-inline Status launch_group_by_expert(const int32_t* ids, int64_t pairs, int64_t experts, int tile, const Schedule& s,
-                                     bool overlap, cudaStream_t stream, const char* who) {
-  return launch_group_by_expert(ids, pairs, experts, tile, s.range_counts, s.sorted_pair, s.pair_row, s.tile_expert,
-                                s.tile_row, s.num_tiles, overlap, stream, who);
+// launch_group_by_expert into a workspace's schedule: the caller's routing
+// (weights non-null; the checked weights go to s.weights) or the router's in
+// s.ids and s.weights (weights null).
+inline Status launch_group_by_expert(const int32_t* ids, const float* weights, int64_t pairs, int64_t experts,
+                                     int tile, const Schedule& s, bool overlap, cudaStream_t stream,
+                                     const char* who) {
+  return launch_group_by_expert(ids, weights, pairs, experts, tile, s.weights, s.range_counts, s.sorted_pair,
+                                s.pair_row, s.tile_expert, s.tile_row, s.num_tiles, overlap, stream, who);
 }
 
 }  // namespace mxmoe::smxx

@@ -8,6 +8,13 @@
 
 namespace mxmoe::portable {
 
+// Choices the heuristics below make that tests and benchmarks may fix; 0
+// keeps the heuristic.
+struct Overrides {
+  int down_combine_warps = 0;  // 8 or 16, or kDownCombineSplit (down_combine_warps)
+  int gemm1_warps = 0;         // 4, 8 or 16: the decode GEMM1's block warps (decode_warps)
+};
+
 // Token tile (the mma N side: 8 tokens per n-subtile) of both GEMMs. Each tile
 // re-reads its expert's weight rows, so larger tiles cut weight traffic, but a
 // tile only holds rows of one expert: an expert with c rows pads to a multiple
@@ -56,7 +63,14 @@ inline bool per_pair_decode(int64_t tokens, int64_t topk, int token_tile) {
 // blocks, GEMM1 720), T = 2 41.1 / 39.4 / 38.6, T = 4 66.0 / 62.8 / 61.6, T =
 // 6 87.0 / 82.1 / 80.6; gpt-oss-120b T = 1 25.2 / 23.8 / 26.8, T = 4 74.9 /
 // 71.0 / 68.8. Blocks of 2 warps were slower than 4 at every T from 2.
-inline int decode_block_warps(int64_t blocks, int sms) { return blocks >= 4 * int64_t(sms) ? 4 : 8; }
+// A grid of at most one block an SM (a narrow tensor-parallel shard's GEMM1
+// at one token: 96 blocks at I = 384) takes 16 warps, so that each warp has
+// at most two chunks, both in flight from the start: one DRAM round trip
+// where 8 warps took two.
+inline int decode_block_warps(int64_t blocks, int sms) {
+  if (blocks <= int64_t(sms)) return 16;
+  return blocks >= 4 * int64_t(sms) ? 4 : 8;
+}
 
 // The warps of each decode GEMM's blocks at `tokens` (8-token tiles): a tile
 // per (token, slot) pair on the per-pair path, else the grouping's upper
@@ -97,7 +111,54 @@ inline std::string describe_decode_warps(const DecodeWarps& w, int sms) {
 // 36.7-36.8, T = 3 52.4-52.6 -> 48.4-48.6, T = 4 60.3-60.6 -> 57.2-57.7, T = 6
 // 77.8-78.0 -> 74.1-74.8; 120b T = 2 37.7-38.0 -> 37.0-37.2, T = 4 65.4-65.7
 // -> 62.7-62.9, T = 6 90.0-90.4 -> 86.8-87.0; T = 1 unchanged.
-inline bool decode_tile_waits(int64_t tokens, bool per_pair) { return per_pair && tokens >= 2; }
+inline bool decode_tile_waits(int64_t tokens, bool per_pair, bool fused_down_combine) {
+  return per_pair && tokens >= 2 && !fused_down_combine;
+}
+
+// Warps a block of the decode's GEMM2 with the combine in it (8-token
+// tiles; sm80_mxfp4_down_combine.cu: a block per token and 32 rows of H, its
+// warps split the token's k slots and their K), or 0 for GEMM2 and the
+// combine kernel apart. The fused kernel saves the combine's launch and
+// drain and the pair rows' round trip through memory, but runs H / 32 blocks
+// a token where GEMM2 runs a block per (tile, 32 rows), and each warp runs
+// its chunks one after the other: it pays where a warp has few chunks. At
+// one token its 90 blocks (gpt-oss) take 16 warps, so a slot's chunks spread
+// over 4 warps; from two tokens 8 warps, 3 blocks an SM.
+// Measured on the H200 (sm90 backend, gpt-oss-120b shapes, chained, 2026-12-02,
+// us, split / fused 8 warps / fused 16; with a GEMM1 L2 prefetch of GEMM2's
+// weights then, which cost 0.3-2.1 us at one token and was dropped):
+//   I = 384 (3 chunks):  T = 1 9.2 / 8.8 / 8.2; T = 2 12.3 / 11.0 / 13.7;
+//                        T = 4 18.4 / 14.5 / 19.3; T = 6 24.3 / 22.3 / 28.5
+//   I = 768 (6):         T = 1 10.9 / 11.2 / 12.0; T = 2 16.9 / 16.6 / 18.5;
+//                        T = 3 23.4 / 21.6 / 25.7; T = 4 26.4 / 23.7 / 29.8; T = 6 38.7 / 36.2 / 46.0
+//   I = 1472 (12):       T = 1 15.3 / 20.2 / 15.4; T = 2 24.4 / 27.6 / 27.4;
+//                        T = 3 35.7 / 36.2 / 40.3; T = 4 38.6 / 36.7 / 42.5; T = 6 53.1 / 53.3 / 61.3
+//   I = 2880 (23):       T = 1 23.3 / 33.8 / 24.2; T = 2 36.4 / 43.2 / 41.1; T = 4 63.0 / 62.5 / 69.5
+// and on expert-grouped tiles, without the prefetch, split / the rule below:
+//   I = 384:  T = 8 30.1 / 27.1; T = 12 40.4 / 38.6; T = 16 45.9 / 44.5; T = 24 58.6 / 58.8; T = 32 67.6 / 69.3
+//   I = 768:  T = 8 45.9 / 42.9; T = 12 59.4 / 57.3; T = 16 70.1 / 69.2; T = 24 89.1 / 91.3; T = 32 104.4 / 110.5
+// and gpt-oss-20b (32 experts), split (GEMM2 and the combine apart, with
+// the routing check then) / fused: I = 384 T = 4 16.1 / 12.9, T = 8 25.1 /
+// 24.5, T = 16 28.7 / 33.3; I = 768 T = 4 23.1 / 21.2, T = 8 37.9 / 38.6,
+// T = 16 44.2 / 51.6.
+// So: at one token 16 warps up to 4 chunks a slot (one a warp); from two
+// tokens 8 warps where a warp has at most 3 chunks (8 / k warps a slot),
+// while the pairs are at most half the experts. The fused kernel reads each
+// pair's expert weights on its own (a block per token), where GEMM2's tiles
+// read an expert's once for all its pairs: with more pairs than that, the
+// experts several tokens share cost more than the combine saves (gpt-oss-20b
+// at 64 pairs reads its ~28 experts' weights 2.3 times).
+// `override_warps`: 8 or 16, or kDownCombineSplit (Overrides).
+inline constexpr int kDownCombineSplit = -1;
+inline int down_combine_warps(int64_t tokens, int64_t topk, int64_t experts, int64_t intermediate_padded,
+                              int override_warps = 0) {
+  if (override_warps == 8 || override_warps == 16) return override_warps;
+  if (override_warps == kDownCombineSplit || topk > 8 || 2 * tokens * topk > experts) return 0;
+  const int64_t chunks = (intermediate_padded + 127) / 128;
+  if (tokens == 1) return chunks <= 4 ? 16 : 0;
+  const int64_t per_slot = 8 / topk;
+  return (chunks + per_slot - 1) / per_slot <= 3 ? 8 : 0;
+}
 
 inline constexpr const char* kTileWaitDescription = ", GEMM2 on each tile once GEMM1 has finished it";
 
@@ -112,13 +173,20 @@ inline constexpr const char* kTileWaitDescription = ", GEMM2 on each tile once G
 inline constexpr const char* kPerPairDescription =
     "a tile per expert of the (token, slot) pairs, found in the GEMMs: no grouping kernel";
 
+// ", GEMM2 and the combine in one kernel (16 warps a block)", or nothing for 0.
+inline std::string describe_down_combine(int warps) {
+  return warps > 0 ? ", GEMM2 and the combine in one kernel (" + std::to_string(warps) + " warps a block)" : "";
+}
+
 // One line on the tiles of both GEMMs at `tokens` (what `mxmoe info` prints),
 // e.g. "32-token tiles of expert-grouped rows".
-inline std::string describe_tiles(int64_t tokens, int64_t topk, int64_t experts) {
+inline std::string describe_tiles(int64_t tokens, int64_t topk, int64_t experts, int64_t intermediate_padded) {
   const int tile = token_tile(tokens, topk, experts);
+  const int fused = tile == 8 ? down_combine_warps(tokens, topk, experts, intermediate_padded) : 0;
   if (per_pair_decode(tokens, topk, tile))
-    return std::string(kPerPairDescription) + (decode_tile_waits(tokens, true) ? kTileWaitDescription : "");
-  return std::to_string(tile) + "-token tiles of expert-grouped rows";
+    return std::string(kPerPairDescription) + (decode_tile_waits(tokens, true, fused > 0) ? kTileWaitDescription : "") +
+           describe_down_combine(fused);
+  return std::to_string(tile) + "-token tiles of expert-grouped rows" + describe_down_combine(fused);
 }
 
 }  // namespace mxmoe::portable

@@ -4,7 +4,9 @@
 #include "cuda/portable/portable_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -27,14 +29,16 @@ Status cuda_check(cudaError_t err, const char* what) {
 // The portable forward over weights uploaded by upload_weights.
 class PortableForward final : public smxx::DeviceForward {
  public:
-  explicit PortableForward(portable::UploadedWeights weights) : w_(std::move(weights)) {}
+  PortableForward(portable::UploadedWeights weights, const portable::Overrides& o)
+      : w_(std::move(weights)), overrides_(o) {}
   size_t workspace_bytes(int64_t tokens) const override { return portable::workspace_bytes(w_.view, tokens); }
   Status forward(const smxx::ForwardArgs& a, void* ws, size_t bytes, cudaStream_t stream) const override {
-    return portable::moe_forward(w_.view, a, ws, bytes, stream);
+    return portable::moe_forward(w_.view, a, ws, bytes, stream, overrides_);
   }
 
  private:
   portable::UploadedWeights w_;
+  portable::Overrides overrides_;
 };
 
 }  // namespace
@@ -111,11 +115,21 @@ Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_marg
   return Status::Ok();
 }
 
+portable::Overrides portable::overrides_from_env(Overrides o) {
+  if (o.down_combine_warps == 0) {
+    if (const char* v = std::getenv("MXMOE_DOWN_COMBINE_WARPS"))
+      o.down_combine_warps = std::string_view(v) == "split" ? kDownCombineSplit : std::atoi(v);
+  }
+  if (o.gemm1_warps == 0)
+    if (const char* v = std::getenv("MXMOE_DECODE_GEMM1_WARPS")) o.gemm1_warps = std::atoi(v);
+  return o;
+}
+
 Status portable::make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes,
-                              std::unique_ptr<smxx::DeviceForward>* out) {
+                              std::unique_ptr<smxx::DeviceForward>* out, const Overrides& overrides) {
   portable::UploadedWeights up;
   MXMOE_RETURN_IF_ERROR(portable::upload_weights(prepared, poison_margin_bytes, &up));
-  *out = std::make_unique<PortableForward>(std::move(up));
+  *out = std::make_unique<PortableForward>(std::move(up), overrides_from_env(overrides));
   return Status::Ok();
 }
 
@@ -132,11 +146,11 @@ Status create_portable_backend(const MoeWeightsView& weights, const PortableOpti
   MXMOE_RETURN_IF_ERROR(cuda_check(cudaGetDevice(&dev), "cudaGetDevice"));
   MXMOE_RETURN_IF_ERROR(cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "attribute"));
   if (major < 8) return Status::Unsupported(fmt::format("portable: needs SM80+, device is SM{}x", major));
-  const int64_t margin = (std::max<int64_t>(options.poison_margin_bytes, 0) + 255) / 256 * 256;
+  const int64_t margin = (std::max<int64_t>(options.device.poison_margin_bytes, 0) + 255) / 256 * 256;
   PreparedWeights prep;
   MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(BackendKind::kPortable, weights.shape), weights, &prep));
   std::unique_ptr<smxx::DeviceForward> forward;
-  MXMOE_RETURN_IF_ERROR(portable::make_forward(prep, margin, &forward));
+  MXMOE_RETURN_IF_ERROR(portable::make_forward(prep, margin, &forward, options.overrides));
   const bool has_router = !prep.weights.router_weight.empty();
   return smxx::make_device_backend(BackendKind::kPortable, weights.shape, has_router, margin, std::move(forward), out);
 }

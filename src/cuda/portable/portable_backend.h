@@ -12,8 +12,13 @@
 
 namespace mxmoe {
 
-// Test options: poisoned margins and workspace (see DeviceBackendOptions).
-using PortableOptions = DeviceBackendOptions;
+struct PortableOptions {
+  DeviceBackendOptions device;  // poisoned margins and workspace (tests)
+  // Heuristic choices fixed (tests, benchmarks). Where a field is 0,
+  // MXMOE_DOWN_COMBINE_WARPS (8, 16 or split) and MXMOE_DECODE_GEMM1_WARPS (4,
+  // 8 or 16) are read instead.
+  portable::Overrides overrides;
+};
 
 // Prepares `weights` with the portable plan and uploads them to the current
 // CUDA device.
@@ -39,9 +44,12 @@ Status upload_weights(const PreparedWeights& prepared, int64_t poison_margin_byt
                       UploadedWeights* out);
 
 // Uploads `prepared` (a portable plan or shard) and returns the portable
-// forward over it on the current device.
+// forward over it on the current device; `overrides` as in PortableOptions.
 Status make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes,
-                    std::unique_ptr<smxx::DeviceForward>* out);
+                    std::unique_ptr<smxx::DeviceForward>* out, const Overrides& overrides = {});
+
+// `o` with its unset fields read from the environment (PortableOptions).
+Overrides overrides_from_env(Overrides o);
 
 }  // namespace portable
 

@@ -89,7 +89,7 @@ size_t workspace_bytes(const DeviceWeights& w, int64_t tokens) {
 }
 
 Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace,
-                   size_t workspace_size, cudaStream_t stream) {
+                   size_t workspace_size, cudaStream_t stream, const Overrides& overrides) {
   const MoeShape& s = w.shape;
   const int64_t T = a.tokens, E = s.experts, k = s.topk, H = s.hidden;
   const int64_t Hp = w.hidden_padded, Ip = w.intermediate_padded;
@@ -128,17 +128,19 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
   const smxx::Schedule sch = smxx::schedule_in(workspace, l);
-  // The router's routing, or the caller's with ids outside [0, E) made
-  // harmless (launch_check_routing); either way in the schedule's arrays.
-  if (a.topk_ids)
-    MXMOE_RETURN_IF_ERROR(smxx::launch_check_routing(a.topk_ids, a.topk_weights, T * k, E, sch.ids, sch.weights,
-                                                     overlap, stream, kWho));
-  else
-    MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, x_stride, T, sch.ids, sch.weights, overlap, stream));
-  const int32_t* ids = sch.ids;
-  const float* rweights = sch.weights;
-  if (!l.per_pair)
-    MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, l.tile, sch, overlap, stream, kWho));
+  // The router's routing in the schedule's arrays, or the caller's as given:
+  // the per-pair GEMMs and the grouping kernel read an id outside [0, E) as
+  // expert 0 with weight NaN (launch_check_routing's rule, in the kernels
+  // that read the ids rather than in a launch of its own), and the grouping
+  // kernel writes the weights checked so into the schedule.
+  if (!a.topk_ids) MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, x_stride, T, sch.ids, sch.weights, overlap, stream));
+  const int32_t* ids = a.topk_ids ? a.topk_ids : sch.ids;
+  const float* rweights = a.topk_ids ? a.topk_weights : sch.weights;
+  if (!l.per_pair) {
+    MXMOE_RETURN_IF_ERROR(
+        smxx::launch_group_by_expert(ids, a.topk_weights, T * k, E, l.tile, sch, overlap, stream, kWho));
+    rweights = sch.weights;
+  }
 
   uint16_t* act = static_cast<uint16_t*>(at(l.act));
   float* ypair = static_cast<float*>(at(l.ypair));
@@ -170,13 +172,16 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g1.alpha = w.swiglu.alpha;
   g1.limit = w.swiglu.limit;
   if (l.per_pair) g1.pair_ids = ids;
+  g1.experts = int(E);
   const int64_t tiles = l.per_pair ? T * k : l.max_tiles;
+  const int fused_warps = l.tile == 8 ? down_combine_warps(T, k, E, Ip, overrides.down_combine_warps) : 0;
   DecodeWarps warps;
   if (l.tile == 8) {
     int sms = 0;
     MXMOE_RETURN_IF_ERROR(smxx::sm_count(kWho, &sms));
     warps = decode_warps(T, k, E, g1.n_rows, Hp, sms);
-    if (decode_tile_waits(T, l.per_pair)) {  // GEMM1 counts each tile's finished row blocks from 0
+    if (overrides.gemm1_warps != 0) warps.gemm1 = overrides.gemm1_warps;
+    if (decode_tile_waits(T, l.per_pair, fused_warps > 0)) {  // GEMM1 counts each tile's finished row blocks from 0
       g1.tile_done = static_cast<int32_t*>(at(l.tile_done));
       g1.gemm1_row_blocks = int(2 * Ip / GemmConfig<1>::kRowsPerBlock);
       MXMOE_RETURN_IF_ERROR(cuda_status(smxx::launch_kernel(zero_tile_counts, dim3(1), dim3(64), 0, stream, overlap,
@@ -208,6 +213,17 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   g2.y_out = ypair;
   g2.n_valid = int(H);
   g2.route_w = rweights;
+  if (fused_warps > 0) {
+    // A block per token reads its k pairs by index: the routing as given (its
+    // ids checked in the kernel) and, on expert-grouped tiles, each pair's
+    // GEMM1 row from the grouping.
+    GemmParams gc = g2;
+    gc.pair_ids = ids;
+    gc.route_w = a.topk_ids ? a.topk_weights : sch.weights;
+    gc.act_row = l.per_pair ? nullptr : sch.pair_row;
+    return cuda_status(launch_mxfp4_down_combine(gc, fused_warps, T, a.y, a.y_bf16, overlap, stream),
+                       "GEMM2 + combine launch");
+  }
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_mxfp4_moe_gemm(g2, l.tile, warps.gemm2, false, tiles, overlap, stream), "GEMM2 launch"));
 

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/forward_args.h"
+#include "cuda/portable/heuristics.h"
 #include "cuda/common/smxx_moe_kernels.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/prepare.h"
@@ -71,7 +72,9 @@ Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int
 // workspace_bytes(w, tokens) bytes, 256-byte aligned; args.x and args.y are
 // 16-byte aligned (forward_arg_error). A caller's routing ids outside [0, E)
 // give their tokens NaN rows of y (launch_check_routing).
+// `overrides` fixes choices the heuristics make otherwise (tests, benchmarks,
+// the sm90 backend's decode path).
 Status moe_forward(const DeviceWeights& w, const ForwardArgs& args, void* workspace,
-                   size_t workspace_size, cudaStream_t stream);
+                   size_t workspace_size, cudaStream_t stream, const Overrides& overrides = {});
 
 }  // namespace mxmoe::portable

@@ -26,6 +26,7 @@ cudaError_t launch_mxfp4_moe_gemm(const GemmParams& p, int token_tile, int decod
     case 8:
       if (decode_warps == 4) return swiglu ? a(launch<1, true, 4>) : a(launch<1, false, 4>);
       if (decode_warps == 8) return swiglu ? a(launch<1, true, 8>) : a(launch<1, false, 8>);
+      if (decode_warps == 16) return swiglu ? a(launch<1, true, 16>) : a(launch<1, false, 16>);
       return cudaErrorInvalidValue;
     case 32: return swiglu ? a(launch<4, true>) : a(launch<4, false>);
     case 64: return swiglu ? a(launch<8, true>) : a(launch<8, false>);

@@ -75,8 +75,11 @@ struct GemmParams {
   // as its token columns, otherwise an earlier tile has taken it and the tile
   // is empty.
   // Pair q's rows are row q of act_out / act_in (GEMM2) / y_out. The schedule
-  // above is not read.
+  // above is not read. The ids may be a caller's as given: an id outside [0,
+  // experts) is read as expert 0 with weight NaN (routed_expert,
+  // routed_weight), as launch_check_routing would have made it.
   const int32_t* pair_ids;
+  int experts;
   // Decode (8-token tiles; decode_tile_waits): non-null, a count per token
   // tile of GEMM1's finished row blocks, zero when GEMM1 starts. GEMM1 adds
   // each finished block; GEMM2 waits for its tile's count to reach
@@ -91,6 +94,9 @@ struct GemmParams {
   int64_t act_out_stride;
   bool act_out_chunk_order;
   float alpha, limit;
+  // GEMM2 + combine (sm80_mxfp4_down_combine.cu) on expert-grouped tiles:
+  // the act row of pair q, pair_row from the grouping (null: row q, per-pair).
+  const int32_t* act_row;
   // GEMM2 epilogue: route_w[pair] * (acc + bias) -> y_out fp32 [rows, n_valid]
   float* y_out;
   int n_valid;
@@ -257,8 +263,24 @@ __device__ __forceinline__ void store_columns(const GemmParams& p, int row, int 
 // of the finishing warp's two weight rows and its token columns' pairs.
 struct EpilogueInputs {
   float b_lo, b_hi;
-  int pair[2];  // -1 = padding
+  int pair[2];    // -1 = padding
+  float w[2];     // GEMM2: the pairs' routing weights
 };
+
+// A routing entry's expert, or 0 for an id outside [0, experts), whose pair
+// then weighs NaN (routed_weight): its token's row of y is NaN and no read
+// leaves the weights. The GEMMs that read a caller's ids as given apply it
+// where launch_check_routing would have.
+__device__ __forceinline__ bool routed_in_range(int id, int experts) { return unsigned(id) < unsigned(experts); }
+__device__ __forceinline__ int routed_expert(int id, int experts) { return routed_in_range(id, experts) ? id : 0; }
+
+// The routing weight of `pair` (GEMM2's epilogue): per-pair tiles read the
+// ids as given, so a pair whose id is outside [0, E) weighs NaN there; the
+// grouping kernel has made the expert-grouped paths' weights so already.
+__device__ __forceinline__ float routed_weight(const GemmParams& p, int pair) {
+  if (p.pair_ids != nullptr && !routed_in_range(p.pair_ids[pair], p.experts)) return __int_as_float(0x7fc00000);
+  return p.route_w[pair];
+}
 
 // Per-pair decode: the tile of pair `ti` among n <= 32 pairs (its expert, and
 // whether it leads a tile: pair ti is the 8c-th pair of its expert) and its
@@ -270,21 +292,13 @@ struct PairTile {
   uint32_t columns = 0;
   bool leads = false;
 };
-__device__ __forceinline__ PairTile pair_tile(const int32_t* ids, int n, int ti) {
+__device__ __forceinline__ PairTile pair_tile(const int32_t* ids, int n, int experts, int ti) {
   const int lane = threadIdx.x & 31;
-  const int id = ids[lane < n ? lane : n - 1];
+  const int id = routed_expert(ids[lane < n ? lane : n - 1], experts);
   const int e = __shfl_sync(0xffffffffu, id, ti);
   const uint32_t same = __ballot_sync(0xffffffffu, lane < n && id == e);
   const uint32_t before = same & ((1u << ti) - 1u);
   return {e, same & ~before, __popc(before) % 8 == 0};
-}
-
-// Row group (16 weight rows, counted over all E * N rows of the layout) of row
-// `row` of expert e. The count is non-negative and below 2^32 (E * N rows of
-// K / 2 bytes each fit in memory), so it divides by shifts, and so do the
-// group's tile (g / 8) and place in it (g % 8).
-__device__ __forceinline__ uint32_t row_group(int e, int n_rows, int row) {
-  return (uint32_t(e) * uint32_t(n_rows) + uint32_t(row)) >> 4;
 }
 
 // One more finished block of a tile: after every thread's stores (the
@@ -307,6 +321,94 @@ __device__ __forceinline__ void wait_for_count(const int32_t* count, int target)
     } while (v < target);
   }
   __syncthreads();
+}
+
+// Codes of a decode warp (split K over one 32-row block, NT == 1): the lane's
+// part of rows nb .. nb + 31 of expert e. nb is a multiple of 32, so the
+// warp's first row group is even and its second the next one of the same
+// layout tile, code_group_stride on; a chunk's offset is one 32-bit multiply
+// (code_chunk_stride * K / 128 is at most 64 x K bytes, and moe_forward
+// bounds K by 2^24) added to the lane's base. (The loop head held ~40
+// instructions of 64-bit address arithmetic a chunk before.)
+struct DecodeRows {
+  const uint8_t* codes;   // the lane's 16 bytes of chunk 0 of the block's first row group
+  const uint8_t* scales;  // the lane's scale word of chunk 0
+  uint32_t chunk_stride;
+  int64_t group_stride;
+
+  // Chunk c: 64 code bytes per row per lane group (16 per lane) of the four
+  // rows (m, r), and the lane's E8M0 scale word of that chunk (one MX block
+  // per row).
+  __device__ __forceinline__ void load(int c, uint32_t (&q)[kSubtiles][2][4], uint32_t& s) const {
+    const uint8_t* chunk = codes + uint32_t(c) * chunk_stride;
+#pragma unroll
+    for (int m = 0; m < kSubtiles; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint4 v = ld_stream16(chunk + m * group_stride + 512 * r);
+        q[m][r][0] = v.x; q[m][r][1] = v.y; q[m][r][2] = v.z; q[m][r][3] = v.w;
+      }
+    s = ld_stream4(scales + 128 * c);
+  }
+};
+
+// Row group (16 weight rows, counted over all E * N rows of the layout) of row
+// `row` of expert e. The count is non-negative and below 2^32 (E * N rows of
+// K / 2 bytes each fit in memory), so it divides by shifts, and so do the
+// group's tile (g / 8) and place in it (g % 8).
+__device__ __forceinline__ uint32_t row_group(int e, int n_rows, int row) {
+  return (uint32_t(e) * uint32_t(n_rows) + uint32_t(row)) >> 4;
+}
+
+// Start of row group gi's chunk 0 in the fragment-order codes.
+__device__ __forceinline__ const uint8_t* group_codes(const GemmParams& p, uint32_t gi) {
+  return p.codes + int64_t(gi >> 3) * p.code_tile_stride + int64_t(gi & 7) * p.code_group_stride;
+}
+
+// First scale byte of the 32-row block from row nb of expert e.
+__device__ __forceinline__ const uint8_t* block_scales(const GemmParams& p, int e, int nb) {
+  return p.scales + e * p.scale_expert_stride + int64_t(nb) * p.scale_row_stride;
+}
+
+__device__ __forceinline__ DecodeRows decode_rows(const GemmParams& p, int e, int nb, int lane) {
+  return {group_codes(p, row_group(e, p.n_rows, nb)) + 16 * lane, block_scales(p, e, nb) + 4 * lane,
+          uint32_t(p.code_chunk_stride), p.code_group_stride};
+}
+
+// Decode: chunks c0, c0 + step, ... below nfull, two a turn, the register
+// sets in turn: the chunk in one set is dequantised (run(c, q, s)) while the
+// next one's codes load into the other, with no register copies between
+// chunks (19 moves a chunk, ~5% of its instructions). q[0], s[0] hold chunk
+// c0 already (its loads go out as soon as the expert is known).
+template <typename Run>
+__device__ __forceinline__ void decode_chunks(const DecodeRows& rows, int c0, int step, int nfull,
+                                              uint32_t (&q)[2][kSubtiles][2][4], uint32_t (&s)[2], Run&& run) {
+  for (int c = c0; c < nfull; c += 2 * step) {
+    if (c + step < nfull) rows.load(c + step, q[1], s[1]);
+    run(c, q[0], s[0]);
+    if (c + step >= nfull) break;
+    if (c + 2 * step < nfull) rows.load(c + 2 * step, q[0], s[0]);
+    run(c + step, q[1], s[1]);
+  }
+}
+
+// The 64-wide tail chunk (K % 128 == 64) of rows nb .. nb + 31 of expert e:
+// lane t owns 16 elements, half an MX block; lane (g, t) reads block t / 2's
+// scale word of the tail's 64 scale bytes.
+__device__ __forceinline__ void load_tail(const GemmParams& p, int e, int nb, uint32_t (&q)[kSubtiles][2][4],
+                                          uint32_t& s) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, nfull = p.k / 128;
+#pragma unroll
+  for (int m = 0; m < kSubtiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t gi = row_group(e, p.n_rows, nb + 16 * m);
+      const uint8_t* tail = p.codes + int64_t(gi >> 3) * p.code_tile_stride + p.code_chunk_stride * nfull +
+                            int64_t(gi & 7) * p.code_tail_group_stride;
+      const uint2 v = ld_stream8(tail + 256 * r + 8 * lane);
+      q[m][r][0] = v.x; q[m][r][1] = v.y; q[m][r][2] = 0; q[m][r][3] = 0;
+    }
+  s = ld_stream4(block_scales(p, e, nb) + 128 * nfull + 4 * (2 * g + t / 2));
 }
 
 // Index of the n-th set bit of `mask` (n from 0 to 7), or -1; no branches.
@@ -334,7 +436,8 @@ __device__ __forceinline__ int nth_set_bit(uint32_t mask, int n) {
 // the decode chunk is bound by instructions).
 template <int NT, int kDecodeWarps = 8>
 struct GemmConfig {
-  static_assert(kDecodeWarps == 4 || kDecodeWarps == 8, "decode blocks of 4 or 8 warps (heuristics.h)");
+  static_assert(kDecodeWarps == 4 || kDecodeWarps == 8 || kDecodeWarps == 16,
+                "decode blocks of 4, 8 or 16 warps (heuristics.h)");
   static constexpr bool kSplitK = NT == 1;
   static constexpr int kWarps = kSplitK ? kDecodeWarps : 4;
   static constexpr int kRowsPerBlock = kSplitK ? 16 * kSubtiles : 16 * kSubtiles * kWarps;
@@ -377,7 +480,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   // Three independent loads in flight at once (the schedule arrays hold
   // gridDim.x entries); entries past the tile count are not used.
   const int n_tiles = per_pair ? grid_tiles : *p.num_tiles;
-  const detail::PairTile pt = per_pair ? detail::pair_tile(p.pair_ids, n_tiles, ti) : detail::PairTile{};
+  const detail::PairTile pt = per_pair ? detail::pair_tile(p.pair_ids, n_tiles, p.experts, ti) : detail::PairTile{};
   const int e = per_pair ? pt.expert : p.tile_expert[ti];
   const int row0 = per_pair ? ti : p.tile_row[ti];
   if (ti >= n_tiles) return;  // the grid is sized from an upper bound
@@ -392,37 +495,32 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   // (WeightSwizzle::kMmaRowGroups16 or kMmaRowTiles128): rows nb + 16m .. +15
   // are one group whose chunk c is a 1 KB image [r][lane][16 bytes]. Scales:
   // the 32-row block's chunk c is 128 bytes, the lane's word at 4 * lane.
+  // Decode addresses a chunk from the lane's base (detail::DecodeRows);
+  // prefill keeps a pointer per row group, with which its 64-token instances
+  // spill less.
   const uint8_t* group[kSubtiles];
 #pragma unroll
-  for (int m = 0; m < kSubtiles; ++m) {
-    const uint32_t gi = detail::row_group(e, p.n_rows, nb + 16 * m);
-    group[m] = p.codes + int64_t(gi >> 3) * p.code_tile_stride + int64_t(gi & 7) * p.code_group_stride;
-  }
-  const uint8_t* sblock = p.scales + e * p.scale_expert_stride + int64_t(nb) * p.scale_row_stride;
+  for (int m = 0; m < kSubtiles; ++m) group[m] = detail::group_codes(p, detail::row_group(e, p.n_rows, nb + 16 * m));
+  const uint8_t* sblock = detail::block_scales(p, e, nb);
+  const detail::DecodeRows rows{group[0] + 16 * lane, sblock + 4 * lane, uint32_t(p.code_chunk_stride),
+                                p.code_group_stride};
   const int nfull = p.k / 128;
   const int step = Cfg::kSplitK ? kW : 1;
   // Codes of chunk c (64 bytes per row per lane group, 16 per lane) and the
   // lane's E8M0 scales of that chunk: one MX block per row, four rows.
-  // Decode: nb is a multiple of 32, so the warp's first group is even and its
-  // second the next one of the same layout tile, code_group_stride on; a
-  // chunk's offset is one 32-bit multiply (code_chunk_stride * K / 128 is at
-  // most 64 x K bytes, and moe_forward bounds K by 2^24) added to the lane's
-  // base. The loop head held ~40 instructions of 64-bit address arithmetic a
-  // chunk before. Prefill keeps that form, with which its 64-token instances
-  // spill less.
-  const uint8_t* lane_codes = group[0] + 16 * lane;
-  const uint8_t* lane_scales = sblock + 4 * lane;
   auto load_full = [&](int c, uint32_t (&qq)[kSubtiles][2][4], uint32_t& ss) {
-    const uint8_t* decode_chunk = lane_codes + uint32_t(c) * uint32_t(p.code_chunk_stride);
+    if constexpr (Cfg::kSplitK) {
+      rows.load(c, qq, ss);
+    } else {
 #pragma unroll
-    for (int m = 0; m < kSubtiles; ++m)
+      for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint4 v = detail::ld_stream16(Cfg::kSplitK ? decode_chunk + m * p.code_group_stride + 512 * r
-                                                          : group[m] + p.code_chunk_stride * c + 512 * r + 16 * lane);
-        qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
-      }
-    ss = Cfg::kSplitK ? detail::ld_stream4(lane_scales + 128 * c) : detail::ld_stream4(sblock + 128 * c + 4 * lane);
+        for (int r = 0; r < 2; ++r) {
+          const uint4 v = detail::ld_stream16(group[m] + p.code_chunk_stride * c + 512 * r + 16 * lane);
+          qq[m][r][0] = v.x; qq[m][r][1] = v.y; qq[m][r][2] = v.z; qq[m][r][3] = v.w;
+        }
+      ss = detail::ld_stream4(sblock + 128 * c + 4 * lane);
+    }
   };
   auto copy = [](uint32_t (&dq)[kSubtiles][2][4], uint32_t& ds, const uint32_t (&sq)[kSubtiles][2][4],
                  uint32_t sss) {
@@ -463,7 +561,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   // epilogue inputs now rather than after the reduction (a DRAM round trip
   // for the bias off the block's critical path). Warp w finishes fragment
   // (m, j) = (w / NT, w % NT).
-  EpilogueInputs pre{0.f, 0.f, {-1, -1}};
+  EpilogueInputs pre{0.f, 0.f, {-1, -1}, {0.f, 0.f}};
   if constexpr (Cfg::kSplitK) {
     static_assert(kSubtiles * NT <= Cfg::kWarps, "a finishing warp holds one fragment's inputs");
     if (warp < kSubtiles * NT) {
@@ -472,7 +570,10 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
       pre.b_lo = __bfloat162float(__ushort_as_bfloat16(bias[0]));
       pre.b_hi = __bfloat162float(__ushort_as_bfloat16(bias[1]));
 #pragma unroll
-      for (int h = 0; h < 2; ++h) pre.pair[h] = pair_at(8 * j + 2 * t + h);
+      for (int h = 0; h < 2; ++h) {
+        pre.pair[h] = pair_at(8 * j + 2 * t + h);
+        if (!kSwiglu && pre.pair[h] >= 0) pre.w[h] = detail::routed_weight(p, pre.pair[h]);
+      }
     }
   }
 
@@ -497,20 +598,11 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
     detail::chunk_mma<NT, 4>(qc, sc, arow, col, col < p.k_valid, acc);
   };
   if constexpr (Cfg::kSplitK) {
-    // Decode: two chunks a turn, the register sets in turn. The chunk in one
-    // set is dequantised while the next one's codes load into the other, with
-    // no register copies between chunks (19 moves a chunk, ~5% of its
-    // instructions). Prefill keeps the copies: its two-set loop spills more
-    // (64-token tiles).
     static_assert(Cfg::kDepth == 1, "two register sets: one chunk loaded ahead");
-    for (int c = c0; c < nfull; c += 2 * step) {
-      if (c + step < nfull) load_full(c + step, q[1], s[1]);
-      run_chunk(c, q[0], s[0]);
-      if (c + step >= nfull) break;
-      if (c + 2 * step < nfull) load_full(c + 2 * step, q[0], s[0]);
-      run_chunk(c + step, q[1], s[1]);
-    }
+    detail::decode_chunks(rows, c0, step, nfull, q, s, run_chunk);
   } else {
+    // Prefill keeps register copies between chunks: its two-set loop spills
+    // more (64-token tiles).
     for (int c = c0; c < nfull; c += step) {
       const int ahead = c + Cfg::kDepth * step;
       if (ahead < nfull) load_full(ahead, q[Cfg::kDepth], s[Cfg::kDepth]);
@@ -521,18 +613,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
   }
   // 64-wide tail (K % 128 == 64): lane t owns 16 elements, half an MX block.
   if ((p.k & 127) != 0 && (!Cfg::kSplitK || warp == nfull % kW)) {
-#pragma unroll
-    for (int m = 0; m < kSubtiles; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t gi = detail::row_group(e, p.n_rows, nb + 16 * m);
-        const uint8_t* tail = p.codes + int64_t(gi >> 3) * p.code_tile_stride + p.code_chunk_stride * nfull +
-                              int64_t(gi & 7) * p.code_tail_group_stride;
-        const uint2 v = detail::ld_stream8(tail + 256 * r + 8 * lane);
-        q[0][m][r][0] = v.x; q[0][m][r][1] = v.y; q[0][m][r][2] = 0; q[0][m][r][3] = 0;
-      }
-    // The tail's 64 scale bytes: lane (g, t) reads block t / 2's word.
-    s[0] = detail::ld_stream4(sblock + 128 * nfull + 4 * (2 * g + t / 2));
+    detail::load_tail(p, e, nb, q[0], s[0]);
     const int col = nfull * 128 + t * 16;
     detail::chunk_mma<NT, 2>(q[0], s[0], arow, col, col < p.k_valid, acc);
   }
@@ -549,7 +630,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
       const int pair = pair_at(8 * j + 2 * t + h);
       if (pair < 0) continue;
       detail::store_columns<kSwiglu>(p, row, row_at(8 * j + 2 * t + h, pair), v[h] + b_lo, v[2 + h] + b_hi,
-                                     kSwiglu ? 0.f : p.route_w[pair]);
+                                     kSwiglu ? 0.f : detail::routed_weight(p, pair));
     }
   };
 
@@ -578,7 +659,7 @@ sm80_mxfp4_moe_gemm(const GemmParams p) {
         if (pre.pair[h] >= 0)
           detail::store_columns<kSwiglu>(p, row, row_at(8 * j + 2 * t + h, pre.pair[h]), v[h] + pre.b_lo,
                                          v[2 + h] + pre.b_hi,
-                                         kSwiglu ? 0.f : p.route_w[pre.pair[h]]);
+                                         pre.w[h]);
     }
     if (p.tile_done != nullptr) {
       if constexpr (kSwiglu) {

@@ -44,6 +44,7 @@ enum class Path { kPortableDecode, kWgmma };
 struct Overrides {
   int path = 0;        // 1: portable decode, 2: wgmma
   int token_tile = 0;  // a token tile the kernel is built for (is_token_tile)
+  portable::Overrides decode;  // the decode path's (portable::moe_forward's)
 };
 
 struct Config {
@@ -53,6 +54,9 @@ struct Config {
   int stages_gemm2 = 0;
   bool per_pair = false;  // decode path: per-pair tiles, no grouping (portable::per_pair_decode)
   bool tile_waits = false;  // decode path: GEMM2 waits per tile (portable::decode_tile_waits)
+  // decode path, 8-token tiles: warps of the GEMM2 + combine block, 0 for apart (portable::down_combine_warps)
+  int down_combine_warps = 0;
+  portable::Overrides decode;  // decode path: the overrides passed on (Overrides::decode)
   // GEMM1 writes each item's outputs into shared memory and stores them with
   // one bulk copy (sm90_layout.h, output_half_bytes): stages_output.
   bool staged_output = false;
@@ -180,16 +184,21 @@ inline bool streams_codes(int64_t tokens, int64_t topk, int64_t experts, int tok
 inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64_t hidden_padded,
                             int64_t intermediate_padded, const Overrides& o = {}) {
   Config c;
+  c.decode = o.decode;
   const int portable_tile = portable::token_tile(tokens, topk, experts);
   const bool decode = decode_path(tokens * topk, portable_tile);
   c.per_pair = portable::per_pair_decode(tokens, topk, portable_tile);
-  c.tile_waits = portable::decode_tile_waits(tokens, c.per_pair);
+  c.down_combine_warps =
+      portable_tile == 8 ? portable::down_combine_warps(tokens, topk, experts, intermediate_padded, o.decode.down_combine_warps)
+                         : 0;
+  c.tile_waits = portable::decode_tile_waits(tokens, c.per_pair, c.down_combine_warps > 0);
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
   if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
   c.path = Path::kWgmma;
   c.per_pair = false;
+  c.down_combine_warps = 0;
   c.tile_waits = false;
   c.token_tile = bn;
   const int s1_staged = pipeline_stages(bn, hidden_padded, true);
@@ -204,8 +213,10 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
 inline std::string describe(const Config& c) {
   if (c.path == Path::kPortableDecode)
     return c.per_pair ? std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription +
-                            (c.tile_waits ? portable::kTileWaitDescription : "")
-                      : "portable decode kernels (mma.sync GEMV) on expert-grouped tiles";
+                            (c.tile_waits ? portable::kTileWaitDescription : "") +
+                            portable::describe_down_combine(c.down_combine_warps)
+                      : "portable decode kernels (mma.sync GEMV) on expert-grouped tiles" +
+                            portable::describe_down_combine(c.down_combine_warps);
   const int blocks = blocks_per_sm(c.token_tile);
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
          std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2), " + std::to_string(blocks) +

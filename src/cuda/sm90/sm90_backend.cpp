@@ -32,6 +32,7 @@ sm90::Overrides overrides_from_env(sm90::Overrides o) {
     }
   if (o.token_tile == 0)
     if (const char* v = std::getenv("MXMOE_SM90_TILE")) o.token_tile = std::atoi(v);
+  o.decode = portable::overrides_from_env(o.decode);
   return o;
 }
 

@@ -13,9 +13,10 @@ namespace mxmoe {
 
 struct Sm90Options {
   DeviceBackendOptions device;  // poisoned margins and workspace (tests)
-  // Path and token tile instead of the heuristics' (tests, benchmarks). Where
-  // a field is 0, MXMOE_SM90_PATH (decode | wgmma) and MXMOE_SM90_TILE (a token
-  // tile of is_token_tile) are read instead.
+  // Path, token tile and the decode path's choices instead of the
+  // heuristics' (tests, benchmarks). Where a field is 0, MXMOE_SM90_PATH
+  // (decode | wgmma), MXMOE_SM90_TILE (a token tile of is_token_tile) and the
+  // portable backend's variables (PortableOptions) are read instead.
   sm90::Overrides overrides;
 };
 

@@ -212,7 +212,11 @@ Status init_kernels() { return cuda_status(init_sm90_mxfp4_gemm(), "shared-memor
 
 Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs& a, void* workspace,
                    size_t workspace_size, cudaStream_t stream) {
-  if (cfg.path == Path::kPortableDecode) return portable::moe_forward(dw.base, a, workspace, workspace_size, stream);
+  if (cfg.path == Path::kPortableDecode) {
+    portable::Overrides decode = cfg.decode;
+    decode.down_combine_warps = cfg.down_combine_warps > 0 ? cfg.down_combine_warps : portable::kDownCombineSplit;
+    return portable::moe_forward(dw.base, a, workspace, workspace_size, stream, decode);
+  }
   MXMOE_RETURN_IF_ERROR(check_args(dw, cfg, a));
   const portable::DeviceWeights& w = dw.base;
   const MoeShape& s = w.shape;
@@ -235,21 +239,20 @@ Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
 
   const smxx::Schedule sch = smxx::schedule_in(workspace, l);
-  // The router's routing, or the caller's with ids outside [0, E) made
-  // harmless (launch_check_routing); either way in the schedule's arrays.
+  // The router's routing in the schedule's arrays, or the caller's as given:
+  // the grouping kernel reads an id outside [0, E) as expert 0 and writes
+  // the weights into the schedule with NaN for its pair (launch_check_routing's
+  // rule, without a launch of its own).
   const int64_t x_stride = smxx::x_row_stride(a, H);
-  if (a.topk_ids) {
-    MXMOE_RETURN_IF_ERROR(smxx::launch_check_routing(a.topk_ids, a.topk_weights, T * k, E, sch.ids, sch.weights,
-                                                     overlap, stream, kWho));
-  } else {
+  if (!a.topk_ids) {
     if (!w.router_weight || !w.router_bias)
       return Status::InvalidArgument("sm90: no routing given and the weights have no router");
     MXMOE_RETURN_IF_ERROR(smxx::launch_router_topk(a.x, T, H, x_stride, w.router_weight, Hp, w.router_bias, E, k,
                                                    sch.ids, sch.weights, overlap, stream, kWho));
   }
-  const int32_t* ids = sch.ids;
+  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(a.topk_ids ? a.topk_ids : sch.ids, a.topk_weights, T * k, E, tile,
+                                                     sch, overlap, stream, kWho));
   const float* rweights = sch.weights;
-  MXMOE_RETURN_IF_ERROR(smxx::launch_group_by_expert(ids, T * k, E, tile, sch, overlap, stream, kWho));
 
   uint8_t* x_packed = static_cast<uint8_t*>(at(l.x_packed));
   int32_t* item_counters = static_cast<int32_t*>(at(l.item_counters));
