@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The wheel to hand out. `pip wheel .` builds one (py3-none-linux_x86_64: every
-# Python 3, every torch from 2.10 on) whose library needs two libraries of the
-# build machine besides torch's and glibc's: libfmt.so.9 and libgomp.so.1.
-# auditwheel repair copies those two into it (mxmoe.libs/) and tags it
-# manylinux; torch's libraries stay out (the torch dependency brings them, and
-# the package loads torch first), as do the driver's (the CUDA runtime is
-# linked in statically). Prints what the wheel links before and after.
+# Python 3, every torch from 2.10 on) whose library needs, besides torch's,
+# libgomp's and glibc's, one library of the build machine: libfmt.so.9.
+# auditwheel repair copies that one into it (mxmoe.libs/) and tags it
+# manylinux. The rest stays out: torch's libraries and its libgomp.so.1 (torch's
+# wheels carry one in torch/lib; the package loads torch first, so the library
+# shares torch's OpenMP runtime), and the driver (the CUDA runtime is linked in
+# statically). Prints what the wheel links before the repair.
 # Usage: [PYTHON=python] scripts/wheel.sh OUTDIR [pip wheel options, e.g. --no-build-isolation]
 set -euo pipefail
 out="$(mkdir -p "$1" && cd "$1" && pwd)"
@@ -22,5 +23,6 @@ rm -rf "$raw"
 wheel=$(ls "$raw"/mxmoe-*.whl)
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$wheel"
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --exclude libtorch_cpu.so --exclude libtorch_cuda.so \
-  --exclude libc10.so --exclude libc10_cuda.so --exclude libnccl.so.2 --exclude libcuda.so.1 -w "$out" "$wheel"
+  --exclude libc10.so --exclude libc10_cuda.so --exclude libgomp.so.1 --exclude libnccl.so.2 --exclude libcuda.so.1 \
+  -w "$out" "$wheel"
 ls -l "$out"/mxmoe-*.whl
