@@ -35,10 +35,13 @@ run: build
 # CPU tests always run; GPU tests skip (and say so) where no GPU is present.
 # First 60 s of fuzzing the safetensors header parser (clang, own build dir),
 # then the C++ tests, then the package installed into the venv from the same
-# build folder (pyproject.toml's build-dir) and its pytest suite.
+# build folder (pyproject.toml's build-dir) and its pytest suite; last, a
+# CPU-only build (own build dir) whose C++, CLI and Python must say that the
+# GPU backends are not built, and why.
 test: venv
 	$(MAKE) build
 	scripts/fuzz.sh 60
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	$(PY) -m pip install -q --no-build-isolation --no-deps .
 	cd tests/python && ../../$(PY) -m pytest -q -rs -p no:cacheprovider .
+	scripts/check-left-out.sh $(PY)

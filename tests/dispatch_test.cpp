@@ -12,6 +12,9 @@
 #include "mxmoe/dispatch.h"
 
 namespace mxmoe {
+
+void PrintTo(const LeftOutBackend& l, std::ostream* os) { *os << backend_name(l.kind) << " (" << l.reason << ")"; }
+
 namespace {
 
 const std::vector<std::vector<std::string>> kArchSets = {
@@ -157,7 +160,7 @@ TEST(Dispatch, ReasonsAndErrorsReadAsSpecified) {
 }
 
 TEST(Dispatch, AutoPicksSm90OnSm90AndPortableWhenForced) {
-  EXPECT_TRUE(backend_info(BackendKind::kSm90).built);
+  EXPECT_TRUE(backend_built(BackendKind::kSm90, input(90, {"90a"}, "auto")));
   std::string why;
   EXPECT_TRUE(backend_available(BackendKind::kSm90, input(90, {"90a"}, "auto"), &why)) << why;
   DispatchResult r;
@@ -209,10 +212,12 @@ TEST(Dispatch, BlackwellBackendsTakeMxfp8Activations) {
     ASSERT_TRUE(choose_backend(in, &r).ok());
     EXPECT_EQ(r.backend, kind) << r.reason;
     EXPECT_NE(r.reason.find("code for " + std::to_string(sm) + "a is compiled in"), std::string::npos) << r.reason;
-    in.left_out = {kind};
+    in.left_out = {{kind, "built without CUTLASS"}};
     ASSERT_TRUE(choose_backend(in, &r).ok());
     EXPECT_EQ(r.backend, BackendKind::kCpu);  // portable takes bf16 only
-    EXPECT_NE(r.reason.find("left out of this build (it needs CUTLASS's headers"), std::string::npos) << r.reason;
+    EXPECT_NE(r.reason.find(std::string(backend_name(kind)) + " is left out of this build (built without CUTLASS)"),
+              std::string::npos)
+        << r.reason;
   }
   DispatchInput in = input(103, all, "sm100");
   in.activations = ActivationFormat::kMxfp8;
@@ -224,15 +229,114 @@ TEST(Dispatch, BlackwellBackendsTakeMxfp8Activations) {
   EXPECT_EQ(check_activation_format(BackendKind::kSm120, ActivationFormat::kBf16).code(), StatusCode::kUnsupported);
 }
 
-// The build carries both Blackwell backends where it was configured with
-// CUTLASS and their targets (as `make` and CI configure it).
-TEST(Dispatch, ThisBuildLeavesOutOnlyWhatItCannotBuild) {
-  const std::vector<BackendKind> out = compiled_backends_left_out();
-#if defined(MXMOE_WITH_BLOCKSCALED) && defined(MXMOE_WITH_SM100) && defined(MXMOE_WITH_SM120)
-  EXPECT_TRUE(out.empty());
+// Why a build leaves a backend out, for each way of configuring it.
+TEST(Dispatch, LeftOutBackendsSayWhy) {
+  const std::vector<std::string> all = {"80", "90a", "100a", "120a"};
+  using K = BackendKind;
+  using L = std::vector<LeftOutBackend>;
+  EXPECT_EQ(backends_left_out({.nvcc = true, .cuda = true, .cutlass = true, .archs = all}), L{});
+  EXPECT_EQ(backends_left_out({.nvcc = true, .cuda = true, .cutlass = true, .archs = {"80-real", "90a-real", "100a",
+                                                                                       "120a-real"}}),
+            L{});
+  EXPECT_EQ(backends_left_out({.nvcc = true, .cuda = true, .cutlass = false, .archs = all}),
+            (L{{K::kSm100, "built without CUTLASS"}, {K::kSm120, "built without CUTLASS"}}));
+  EXPECT_EQ(backends_left_out({.nvcc = true, .cuda = true, .cutlass = true, .archs = {"80", "100a"}}),
+            (L{{K::kSm90, "sm_90a not among the compiled targets"},
+               {K::kSm120, "sm_120a not among the compiled targets"}}));
+  // Plain 90 / 120 code has no wgmma, no block-scaled MMA.
+  EXPECT_EQ(backends_left_out({.nvcc = true, .cuda = true, .cutlass = false, .archs = {"90", "120"}}),
+            (L{{K::kSm90, "sm_90a not among the compiled targets"},
+               {K::kSm100, "built without CUTLASS and sm_100a not among the compiled targets"},
+               {K::kSm120, "built without CUTLASS and sm_120a not among the compiled targets"}}));
+  for (bool cutlass : {false, true}) {
+    EXPECT_EQ(backends_left_out({.nvcc = false, .cuda = false, .cutlass = cutlass, .archs = {}}),
+              (L{{K::kPortable, "built without nvcc"}, {K::kSm90, "built without nvcc"},
+                 {K::kSm100, "built without nvcc"}, {K::kSm120, "built without nvcc"}}));
+    EXPECT_EQ(backends_left_out({.nvcc = true, .cuda = false, .cutlass = cutlass, .archs = {}}),
+              (L{{K::kPortable, "built with MXMOE_CUDA=OFF"}, {K::kSm90, "built with MXMOE_CUDA=OFF"},
+                 {K::kSm100, "built with MXMOE_CUDA=OFF"}, {K::kSm120, "built with MXMOE_CUDA=OFF"}}));
+  }
+}
+
+// This binary's left-out list against what CMake compiled into it (the
+// MXMOE_WITH_* definitions come with the objects), and backend_info with it.
+TEST(Dispatch, ThisBuildLeavesOutExactlyWhatItDidNotCompile) {
+  const std::map<BackendKind, bool> compiled = {
+      {BackendKind::kCpu, true},
+#ifdef MXMOE_WITH_CUDA
+      {BackendKind::kPortable, true},
 #else
-  EXPECT_FALSE(out.empty());
+      {BackendKind::kPortable, false},
 #endif
+#ifdef MXMOE_WITH_SM90
+      {BackendKind::kSm90, true},
+#else
+      {BackendKind::kSm90, false},
+#endif
+#if defined(MXMOE_WITH_SM100) && defined(MXMOE_WITH_BLOCKSCALED)
+      {BackendKind::kSm100, true},
+#else
+      {BackendKind::kSm100, false},
+#endif
+#if defined(MXMOE_WITH_SM120) && defined(MXMOE_WITH_BLOCKSCALED)
+      {BackendKind::kSm120, true},
+#else
+      {BackendKind::kSm120, false},
+#endif
+  };
+  const std::vector<LeftOutBackend> out = compiled_backends_left_out();
+  const DispatchInput here = dispatch_input_for_this_process("auto", kGptOss20b);
+  EXPECT_EQ(here.left_out, out);
+  for (BackendKind k : kAllBackends) {
+    SCOPED_TRACE(backend_name(k));
+    std::string why;
+    EXPECT_EQ(backend_built(k, here, &why), compiled.at(k)) << why;
+    EXPECT_EQ(backend_info(k).built, compiled.at(k));
+    EXPECT_EQ(backend_info(k).why_not_built, why);
+    EXPECT_EQ(why.empty(), compiled.at(k)) << why;
+  }
+}
+
+// A left-out backend is never picked, shows "no" and why in the table, and
+// forcing it is an error that says why.
+TEST(Dispatch, LeftOutBackendsAreNeverPicked) {
+  const std::vector<LeftOutBackend> no_cutlass =
+      backends_left_out({.nvcc = true, .cuda = true, .cutlass = false, .archs = {"80", "90a", "100a", "120a"}});
+  ASSERT_EQ(no_cutlass.size(), 2u);
+  for (const auto& sm : kSms)
+    for (const auto& archs : kArchSets)
+      for (ActivationFormat act : {ActivationFormat::kBf16, ActivationFormat::kMxfp8}) {
+        SCOPED_TRACE(::testing::Message() << "SM " << sm.value_or(0) << " archs " << archs.size() << " "
+                                          << activation_format_name(act));
+        DispatchInput in = input(sm, archs, "auto");
+        in.activations = act;
+        in.left_out = no_cutlass;
+        DispatchResult r;
+        ASSERT_TRUE(choose_backend(in, &r).ok());
+        EXPECT_NE(r.backend, BackendKind::kSm100);
+        EXPECT_NE(r.backend, BackendKind::kSm120);
+        for (BackendKind k : {BackendKind::kSm100, BackendKind::kSm120}) {
+          in.override_name = backend_name(k);
+          const Status st = choose_backend(in, &r);
+          EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+          EXPECT_EQ(st.message(), std::string(backend_name(k)) +
+                                      " is left out of this build (built without CUTLASS) (requested by --backend)");
+        }
+      }
+  DispatchInput in = input(120, {"80", "90a", "100a", "120a"}, "auto");
+  in.activations = ActivationFormat::kMxfp8;
+  in.left_out = no_cutlass;
+  const std::string table = describe_backends(in);
+  for (const char* name : {"sm100", "sm120"}) {
+    const size_t row = table.find(std::string("\n") + name + " ");
+    ASSERT_NE(row, std::string::npos) << table;
+    const std::string line = table.substr(row + 1, table.find('\n', row + 1) - row - 1);
+    EXPECT_EQ(line.substr(10, 7), "no     ") << line;
+    EXPECT_NE(line.find(std::string(name) + " is left out of this build (built without CUTLASS)"), std::string::npos)
+        << line;
+  }
+  EXPECT_NE(table.find("\nportable  yes "), std::string::npos) << table;
+  EXPECT_NE(table.find("pick: cpu"), std::string::npos) << table;
 }
 
 TEST(Dispatch, ArchCodeCompatibility) {

@@ -8,8 +8,8 @@
 //   SM120, SM121    -> sm120, portable, cpu    only, so with bf16 they pass)
 //   other SM >= 80  -> portable, cpu          (SM80/86/87/89, SM110, ...)
 //   SM < 80 or none -> cpu
-// A backend can run when it is built (has an implementation), the device is one
-// it supports, and the binary carries code that runs on the device:
+// A backend can run when this build compiled it in (BuildContents below), the
+// device is one it supports, and the binary carries code that runs on the device:
 //   - "XYa" (arch-specific, e.g. 90a) runs only on SM XY: wgmma, tcgen05 and the
 //     FP4 tensor-core instructions are not forward compatible;
 //   - "XY" / "XY-real" (SASS) runs on SM X.y with y >= Y, same major only;
@@ -34,15 +34,42 @@ namespace mxmoe {
 // Expert-weight formats. All backends read MXFP4 today.
 enum class WeightFormat { kMxfp4 };
 
+// A backend a build left out, and why, in one phrase: "built without nvcc",
+// "built with MXMOE_CUDA=OFF", "built without CUTLASS", "sm_120a not among the
+// compiled targets" (two joined by " and ").
+struct LeftOutBackend {
+  BackendKind kind;
+  std::string reason;
+  bool operator==(const LeftOutBackend&) const = default;
+};
+
+// What a build compiled, as its configure step decided (src/CMakeLists.txt).
+struct BuildContents {
+  bool nvcc = false;               // nvcc was found
+  bool cuda = false;               // the CUDA code is compiled (nvcc, and MXMOE_CUDA on)
+  bool cutlass = false;            // with CUTLASS's headers (found, and MXMOE_CUTLASS on)
+  std::vector<std::string> archs;  // CMAKE_CUDA_ARCHITECTURES, as compiled_cuda_archs() spells them
+};
+// This binary's.
+BuildContents this_build();
+
+// The backends a build with `contents` leaves out, in kAllBackends order, each
+// with why. The rules of src/CMakeLists.txt: the CUDA backends need the CUDA
+// code; sm90 needs the 90a target; sm100 and sm120 need CUTLASS's headers and
+// the 100a / 120a target (their GEMMs exist only as arch-specific code).
+std::vector<LeftOutBackend> backends_left_out(const BuildContents& contents);
+// This binary's: backends_left_out(this_build()).
+std::vector<LeftOutBackend> compiled_backends_left_out();
+
 struct DispatchInput {
   std::optional<int> device_sm;       // none: no usable GPU
   int device_index = 0;               // for messages
   std::string device_name;            // for messages, e.g. "NVIDIA A100-SXM4-80GB"
   std::string no_device_reason;       // why there is no GPU, when known
   std::vector<std::string> compiled_archs;  // as compiled_cuda_archs() spells them
-  // Backends this binary left out although it targets their arch (sm100 and
-  // sm120 need CUTLASS's headers at build time): compiled_backends_left_out().
-  std::vector<BackendKind> left_out;
+  // Backends this binary left out, each with why: compiled_backends_left_out().
+  // Dispatch never picks one of them.
+  std::vector<LeftOutBackend> left_out;
   WeightFormat weight_format = WeightFormat::kMxfp4;
   // What the GEMMs must consume: a GPU backend of another format cannot run
   // (the cpu backend computes either).
@@ -57,14 +84,18 @@ struct DispatchResult {
   std::string reason;  // "<backend>: <why>", one line
 };
 
-// What a backend is, independent of any device.
+// What a backend is in this binary, independent of any device.
 struct BackendInfo {
   BackendKind kind;
-  bool built;                   // an implementation exists in this source tree
+  bool built;                   // this binary holds it (compiled_backends_left_out() does not name it)
   ActivationFormat activation;  // what its GEMMs consume
   const char* runs_on;          // human-readable device list, e.g. "SM80+"
+  std::string why_not_built;    // where !built: why, e.g. "built without CUTLASS"
 };
 const BackendInfo& backend_info(BackendKind kind);
+
+// Whether `in` has `kind` compiled in; if not, `why` (when given) gets the reason.
+bool backend_built(BackendKind kind, const DispatchInput& in, std::string* why = nullptr);
 
 // Whether `arch` (e.g. "80", "90a", "100f", "86-real") has code that runs on SM `sm`.
 bool arch_code_runs_on(std::string_view arch, int sm);
@@ -87,12 +118,8 @@ std::string describe_backends(const DispatchInput& in);
 // against the original, for `shape`.
 std::string describe_preparation(const MoeShape& shape);
 
-// The GPU backends this build has no code for although its CUDA targets
-// include their arch (sm100, sm120 when configured without MXMOE_CUTLASS_DIR).
-std::vector<BackendKind> compiled_backends_left_out();
-
 // Fills a DispatchInput for this process: device 0 from list_devices(),
-// compiled_cuda_archs(), and the override: `override_or_auto` when it is not
+// compiled_cuda_archs(), compiled_backends_left_out(), and the override: `override_or_auto` when it is not
 // "auto"/empty (source "--backend / API"), else MXMOE_BACKEND when set
 // (source "MXMOE_BACKEND"), else auto.
 DispatchInput dispatch_input_for_this_process(std::string_view override_or_auto,

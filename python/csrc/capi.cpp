@@ -114,7 +114,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, 
 
 // The dispatch table for `shape` on CUDA device `device` (-1: the CPU):
 // {"device": {...} or null, "compiled_archs", "backends": [{"name", "built",
-// "available", "why"}], "pick", "reason"} ("pick" null and "error" set when
+// "why_not_built", "available", "why"}], "pick", "reason"} ("pick" null and "error" set when
 // nothing can run).
 __attribute__((visibility("default"))) int64_t mxmoe_dispatch_info(int64_t experts, int64_t hidden,
                                                                    int64_t intermediate, int64_t topk, int device,
@@ -133,8 +133,11 @@ __attribute__((visibility("default"))) int64_t mxmoe_dispatch_info(int64_t exper
   for (BackendKind k : kAllBackends) {
     std::string why;
     const bool available = backend_available(k, in, &why);
+    std::string why_not_built;
+    const bool built = backend_built(k, in, &why_not_built);
     j["backends"].push_back({{"name", backend_name(k)},
-                             {"built", backend_info(k).built},
+                             {"built", built},
+                             {"why_not_built", why_not_built},
                              {"available", available},
                              {"why", available ? "" : why}});
   }

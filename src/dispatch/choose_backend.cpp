@@ -1,5 +1,5 @@
 // The backend choice: availability of each backend and the auto table.
-#include <algorithm>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -8,7 +8,15 @@
 namespace mxmoe {
 namespace {
 
-const BackendInfo kInfo[] = {
+// What each backend is in the source tree (built: it has an implementation);
+// backend_info() adds what this binary left out.
+struct Facts {
+  BackendKind kind;
+  bool built;
+  ActivationFormat activation;
+  const char* runs_on;
+};
+const Facts kInfo[] = {
     {BackendKind::kCpu, true, ActivationFormat::kBf16, "any CPU"},
     {BackendKind::kPortable, true, ActivationFormat::kBf16, "SM80+"},
     {BackendKind::kSm90, true, ActivationFormat::kBf16, "SM90 (code for 90a)"},
@@ -68,6 +76,11 @@ std::string archs_words(const std::vector<std::string>& archs) {
 // Availability with both sides: `why` when it cannot run, `how` when it can.
 bool check(BackendKind kind, const DispatchInput& in, std::string* why, std::string* how) {
   const char* name = backend_name(kind);
+  std::string not_built;
+  if (!backend_built(kind, in, &not_built)) {
+    *why = fmt::format("{} is left out of this build ({})", name, not_built);
+    return false;
+  }
   if (kind == BackendKind::kCpu) {
     *how = "the CPU reference runs anywhere";
     return true;
@@ -82,10 +95,6 @@ bool check(BackendKind kind, const DispatchInput& in, std::string* why, std::str
     *why = fmt::format("{} needs {}; {}", name, device_requirement(kind), device_words(in));
     return false;
   }
-  if (!backend_info(kind).built) {
-    *why = fmt::format("{} is not built yet", name);
-    return false;
-  }
   if (backend_info(kind).activation != in.activations) {
     *why = fmt::format("{} consumes {} activations, not {}{}", name,
                        activation_format_name(backend_info(kind).activation), activation_format_name(in.activations),
@@ -95,11 +104,6 @@ bool check(BackendKind kind, const DispatchInput& in, std::string* why, std::str
   const std::string code = code_for(kind, in.compiled_archs, sm);
   if (code.empty()) {
     *why = fmt::format("{} has no code that runs on SM{}: {}", name, sm, archs_words(in.compiled_archs));
-    return false;
-  }
-  if (std::find(in.left_out.begin(), in.left_out.end(), kind) != in.left_out.end()) {
-    *why = fmt::format("{} is left out of this build (it needs CUTLASS's headers: configure with MXMOE_CUTLASS_DIR, "
-                       "as `make` does)", name);
     return false;
   }
   *how = fmt::format("{} runs on SM{} (code for {} is compiled in)", name, sm, code);
@@ -120,9 +124,31 @@ std::vector<BackendKind> preference(const std::optional<int>& sm) {
 }  // namespace
 
 const BackendInfo& backend_info(BackendKind kind) {
-  for (const BackendInfo& i : kInfo)
+  static const std::vector<BackendInfo> table = [] {
+    const std::vector<LeftOutBackend> left_out = compiled_backends_left_out();
+    std::vector<BackendInfo> t;
+    for (const Facts& f : kInfo) {
+      t.push_back({f.kind, f.built, f.activation, f.runs_on, f.built ? "" : "not implemented"});
+      for (const LeftOutBackend& l : left_out)
+        if (l.kind == f.kind) {
+          t.back().built = false;
+          t.back().why_not_built = l.reason;
+        }
+    }
+    return t;
+  }();
+  for (const BackendInfo& i : table)
     if (i.kind == kind) return i;
-  return kInfo[0];
+  return table[0];
+}
+
+bool backend_built(BackendKind kind, const DispatchInput& in, std::string* why) {
+  for (const LeftOutBackend& l : in.left_out)
+    if (l.kind == kind) {
+      if (why) *why = l.reason;
+      return false;
+    }
+  return true;
 }
 
 bool backend_available(BackendKind kind, const DispatchInput& in, std::string* why) {

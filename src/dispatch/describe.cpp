@@ -35,7 +35,7 @@ std::string describe_backends(const DispatchInput& in) {
     const BackendInfo& info = backend_info(k);
     std::string why;
     const bool ok = backend_available(k, in, &why);
-    s += fmt::format("{:<9} {:<6} {:<34} {}: {}\n", backend_name(k), info.built ? "yes" : "no",
+    s += fmt::format("{:<9} {:<6} {:<34} {}: {}\n", backend_name(k), backend_built(k, in) ? "yes" : "no",
                      info.runs_on, ok ? "available" : "unavailable", why);
   }
   s += "\nsm100 and sm120 (MXFP8 activations x MXFP4 weights on CUTLASS's block-scaled grouped GEMMs) have not yet\n"

@@ -9,17 +9,6 @@
 
 namespace mxmoe {
 
-std::vector<BackendKind> compiled_backends_left_out() {
-  std::vector<BackendKind> out;
-#if !(defined(MXMOE_WITH_SM100) && defined(MXMOE_WITH_BLOCKSCALED))
-  out.push_back(BackendKind::kSm100);
-#endif
-#if !(defined(MXMOE_WITH_SM120) && defined(MXMOE_WITH_BLOCKSCALED))
-  out.push_back(BackendKind::kSm120);
-#endif
-  return out;
-}
-
 DispatchInput dispatch_input_for_device(std::string_view override_or_auto, const MoeShape& shape, int device) {
   DispatchInput in;
   std::string why;

@@ -1,6 +1,12 @@
 """mxmoe.MoE against a float64 reference that decodes the same MXFP4 bytes, on every dtype and
 shape an engine passes, with the caller's routing and the router's; the op under opcheck and
 torch.compile; and the errors bad input gets."""
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+
 import numpy as np
 import pytest
 import torch
@@ -108,6 +114,44 @@ def test_info():
     assert names == ["cpu", "portable", "sm90", "sm100", "sm120"]
     assert table["pick"] == "cpu" and table["backends"][0]["available"]
     assert all(b["why"] for b in table["backends"][1:])  # each GPU backend says why not
+    for b in table["backends"]:  # built, or why not, and then unavailable for that reason
+        assert b["built"] == (b["why_not_built"] == ""), b
+        if not b["built"]:
+            assert not b["available"] and b["why"] == f"{b['name']} is left out of this build ({b['why_not_built']})", b
+
+
+# The block-scaled MMAs of the Blackwell GEMMs in their SASS (as tests/CMakeLists.txt checks the objects).
+BLOCK_SCALED_MMA = {"sm100": ("sm_100a", r"UTCQMMA gdesc[^,]*, gdesc[^,]*, tmem[^,]*, tmem"),
+                    "sm120": ("sm_120a", r"QMMA\.SF\.[A-Z0-9.]*E4M3\.E2M1\.E8")}
+
+
+def _cuobjdump():
+    """cuobjdump of the nvidia-cuda-cuobjdump wheel (python/requirements-test.txt) or the CUDA toolkit."""
+    wheel_bin = os.path.join(sysconfig.get_paths()["purelib"], "nvidia", "cu13", "bin")
+    return shutil.which("cuobjdump", path=os.pathsep.join([wheel_bin, "/usr/local/cuda/bin", os.environ["PATH"]]))
+
+
+def test_info_built_is_what_the_library_holds():
+    """``built`` against the machine code of the loaded library: the CUDA backends are built exactly where it
+    holds device code, sm90 where it holds sm_90a code, sm100 and sm120 where their sm_100a / sm_120a code
+    holds the block-scaled MMAs."""
+    cuobjdump = _cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump (the nvidia-cuda-cuobjdump wheel or the CUDA toolkit carries one)")
+    env = dict(os.environ, PATH=os.path.dirname(cuobjdump) + os.pathsep + os.environ["PATH"])  # its nvdisasm
+    lib = mxmoe._library._PATH
+    listed = subprocess.run([cuobjdump, "--list-elf", lib], capture_output=True, text=True, env=env)
+    elfs = set(re.findall(r"\.(sm_\d+a?)\.cubin", listed.stdout))
+    built = {b["name"]: b for b in mxmoe.info("cpu")["backends"]}
+    assert built["portable"]["built"] == bool(elfs), (built["portable"], listed.stdout, listed.stderr)
+    assert built["sm90"]["built"] == ("sm_90a" in elfs), (built["sm90"], sorted(elfs))
+    for name, (arch, mma) in BLOCK_SCALED_MMA.items():
+        holds = False
+        if arch in elfs:
+            sass = subprocess.run([cuobjdump, "--dump-sass", "--gpu-architecture", arch, lib], capture_output=True,
+                                  text=True, env=env, check=True).stdout
+            holds = re.search(mma, sass) is not None
+        assert built[name]["built"] == holds, (built[name], arch, sorted(elfs))
 
 
 def test_from_checkpoint(tmp_path, device):

@@ -47,6 +47,10 @@ int run(const InfoOptions& o) {
   fmt::print("mxmoe {}\n", MXMOE_VERSION);
   fmt::print("build: CUDA archs compiled in: {}\n",
              archs.empty() ? "none (CPU-only build)" : fmt::format("{}", fmt::join(archs, ", ")));
+  std::vector<std::string> left_out;
+  for (const LeftOutBackend& l : compiled_backends_left_out())
+    left_out.push_back(fmt::format("{} ({})", backend_name(l.kind), l.reason));
+  fmt::print("build: backends left out: {}\n", left_out.empty() ? "none" : fmt::format("{}", fmt::join(left_out, ", ")));
   std::string why;
   const auto devices = list_devices(&why);
   if (devices.empty()) fmt::print("devices: none ({})\n", why);
