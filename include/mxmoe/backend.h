@@ -14,12 +14,14 @@
 
 namespace mxmoe {
 
-enum class BackendKind { kCpu, kPortable, kSm90, kSm100, kSm120 };
-inline constexpr BackendKind kAllBackends[] = {BackendKind::kCpu, BackendKind::kPortable,
-                                               BackendKind::kSm90, BackendKind::kSm100,
-                                               BackendKind::kSm120};
+// kCpu: the CPU kernels (src/cpu/, SIMD paths chosen by the CPU's features);
+// kReference: the fp64 CPU reference (src/reference/), the oracle the others
+// are checked against, which also serves MXFP8 activations on the CPU.
+enum class BackendKind { kCpu, kReference, kPortable, kSm90, kSm100, kSm120 };
+inline constexpr BackendKind kAllBackends[] = {BackendKind::kCpu,  BackendKind::kReference, BackendKind::kPortable,
+                                               BackendKind::kSm90, BackendKind::kSm100,     BackendKind::kSm120};
 
-const char* backend_name(BackendKind kind);                        // "cpu", "portable", ...
+const char* backend_name(BackendKind kind);                        // "cpu", "reference", "portable", ...
 std::optional<BackendKind> parse_backend_name(std::string_view);  // not "auto"
 
 // What the expert GEMMs consume as activations: bf16 (x and the SwiGLU output

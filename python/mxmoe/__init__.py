@@ -19,8 +19,11 @@ def info(device=None, *, backend="auto", experts=32, hidden=2880, intermediate=2
     """The dispatch table for a layer shape (default: gpt-oss-20b's) on ``device``.
 
     Returns a dict: ``device`` (index, name, SM; None on the CPU),
-    ``compiled_archs``, ``backends`` (each: name, built, available, why
-    not), ``pick`` and ``reason`` (or ``error`` where ``backend`` cannot run).
+    ``compiled_archs``, ``cpu_kernels`` (the CPU kernels' instruction-set
+    path, e.g. "avx512_vnni kernels (this CPU has AVX-512 F, BW and VNNI)";
+    ``MXMOE_CPU_ISA`` forces one), ``backends`` (each: name, built,
+    available, why not), ``pick`` and ``reason`` (or ``error`` where
+    ``backend`` cannot run).
     """
     code, _ = _library.activation_codes(activations, "ceil")
     return _library.dispatch_info((experts, hidden, intermediate, topk), _device_index(device), backend, code)
