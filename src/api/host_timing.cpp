@@ -17,15 +17,15 @@ Status time_host_forward(const MoeShape& shape, int64_t tokens, int routing_sets
   const auto warm_start = Clock::now();
   for (size_t i = 0; std::chrono::duration<double>(Clock::now() - warm_start).count() < min_warmup_s; ++i)
     MXMOE_RETURN_IF_ERROR(forward(sets[i % sets.size()].view()));
-  std::vector<double> times;
+  *out = ForwardTiming{};
   for (int it = 0; it < std::max(iterations, 1); ++it) {
     const RoutingView r = sets[size_t(it) % sets.size()].view();
     const auto t0 = Clock::now();
     MXMOE_RETURN_IF_ERROR(forward(r));
-    times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    out->batch_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
+  std::vector<double> times = out->batch_us;
   std::sort(times.begin(), times.end());
-  *out = ForwardTiming{};
   out->median_us = times[times.size() / 2];
   out->min_us = times.front();
   out->iterations = int(times.size());

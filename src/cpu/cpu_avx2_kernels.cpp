@@ -15,12 +15,8 @@ struct Avx2Ops {
   struct I {
     __m256i lo, hi;
   };
-  // Per half h (8 rows), w[h][j] holds each row's codes of k = 4j .. 4j + 3.
-  struct Block {
-    __m256i w[2][8];
-  };
-  // 4 tokens a tile: the 16 registers hold a half's 8 decoded vectors, the
-  // int16 sums and a few totals; more tokens only spill.
+  // 4 tokens a tile: a half's 8 decoded vectors, the int16 sums and the
+  // tile's results of the first half fit the 16 registers.
   static constexpr int kTile = 4;
 
   static F zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
@@ -97,18 +93,32 @@ struct Avx2Ops {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(ordered));
   }
 
-  // As Avx512Ops::decode, each 64-byte piece as two 32-byte halves.
-  static Block decode(const uint8_t* codes) {
+  // The 8 k steps of rows 8h .. 8h + 7 of a block, decoded as in Avx512Ops:
+  // each 64-byte piece of kCpuRowGroups16 holds rows 0-7 in its first 32
+  // bytes and rows 8-15 in its second.
+  static void decode_half(const uint8_t* codes, int h, __m256i* w) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m256i nibble = _mm256_set1_epi8(0x0F);
-    Block b;
-    for (int h = 0; h < 2; ++h)
-      for (int q = 0; q < 4; ++q) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * q + 32 * h));
-        b.w[h][q] = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nibble));
-        b.w[h][q + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
-      }
-    return b;
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * q + 32 * h));
+      w[q] = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nibble));
+      w[q + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+    }
+  }
+
+  // A block's sums for N rows, one half at a time: a whole decoded block
+  // (16 registers) does not fit beside the sums, a half does.
+  template <int N>
+  static void block_sums(const uint8_t* codes, const RowPtr* rows, int64_t b, I* sums) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i w[8];
+      decode_half(codes, h, w);
+#pragma GCC unroll 16
+      for (int n = 0; n < N; ++n)
+        (h == 0 ? sums[n].lo : sums[n].hi) = dot8(w, rows[n].hi + 32 * b, rows[n].lo + 32 * b, rows[n].corr[b]);
+    }
   }
 
   // 2^(s - 127) per row; s = 0 is 2^-127, a subnormal (0x00400000).
@@ -122,18 +132,18 @@ struct Avx2Ops {
   // As Avx512BwOps::dot on each half (the same int16 bounds).
   static __m256i dot8(const __m256i* w, const int8_t* hi, const int8_t* lo, int32_t corr) {
     __m256i acc = _mm256_set1_epi32(corr);
+#pragma GCC unroll 2
     for (const int8_t* plane : {hi, lo}) {
       const __m256i weight = _mm256_set1_epi16(plane == hi ? 256 : 1);
+#pragma GCC unroll 2
       for (int j0 = 0; j0 < 8; j0 += 4) {
         __m256i s = _mm256_maddubs_epi16(w[j0], broadcast4(plane, j0));
+#pragma GCC unroll 3
         for (int j = j0 + 1; j < j0 + 4; ++j) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[j], broadcast4(plane, j)));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, weight));
       }
     }
     return acc;
-  }
-  static I dot(const Block& w, const int8_t* hi, const int8_t* lo, int32_t corr) {
-    return {dot8(w.w[0], hi, lo, corr), dot8(w.w[1], hi, lo, corr)};
   }
   static __m256i broadcast4(const int8_t* p, int j) {
     int32_t v;

@@ -17,10 +17,13 @@ struct Avx512BwOps : Avx512Ops {
   // half-block sum, times 256 for the hi plane and 1 for the lo plane.
   static I dot(const Block& w, const int8_t* hi, const int8_t* lo, int32_t corr) {
     __m512i acc = _mm512_set1_epi32(corr);
+#pragma GCC unroll 2
     for (const int8_t* plane : {hi, lo}) {
       const __m512i weight = _mm512_set1_epi16(plane == hi ? 256 : 1);
+#pragma GCC unroll 2
       for (int j0 = 0; j0 < 8; j0 += 4) {
         __m512i s = _mm512_maddubs_epi16(w.w[j0], broadcast4(plane, j0));
+#pragma GCC unroll 3
         for (int j = j0 + 1; j < j0 + 4; ++j) s = _mm512_add_epi16(s, _mm512_maddubs_epi16(w.w[j], broadcast4(plane, j)));
         acc = _mm512_add_epi32(acc, _mm512_madd_epi16(s, weight));
       }

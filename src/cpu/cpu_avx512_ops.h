@@ -78,6 +78,7 @@ struct Avx512Ops {
     const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i nibble = _mm512_set1_epi8(0x0F);
     Block b;
+#pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
       const __m512i v = _mm512_loadu_si512(codes + 64 * q);
       b.w[q] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nibble));

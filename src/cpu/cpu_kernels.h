@@ -35,6 +35,14 @@ struct QuantRows {
   int64_t k = 0;            // elements a row, a multiple of 32
 };
 
+// One activation row as the dot products read it.
+struct RowPtr {
+  const int8_t* hi;
+  const int8_t* lo;
+  const float* scale;
+  const int32_t* corr;
+};
+
 // One weight tensor in kCpuRowGroups16 order (include/mxmoe/prepare.h):
 // expert e's 16-row group g starts at codes + (e groups + g) blocks 256 and
 // its scales at scales + (e groups + g) blocks 16.

@@ -22,8 +22,9 @@ struct HostBench {
   double warmup_s = 0;
 };
 
-// Prints model `name`'s table (a read stream before and after the sweep,
-// then one row per T), fills its JSON entry and adds the measured and floor
+// Prints model `name`'s table (one row per T, each with the read stream
+// measured between its rounds of forwards), fills its JSON entry (every
+// forward's time and every stream pass) and adds the measured and floor
 // series (the touched experts' bytes at the 4 KiB-page stream's rate).
 Status bench_host_model(const std::string& name, const MoeShape& shape, Backend& backend, const HostBench& bench,
                         uint32_t rgb, nlohmann::json* entry, std::vector<PlotSeries>* plot);

@@ -4,23 +4,28 @@
 #pragma once
 
 #include <cstddef>
-#include <vector>
 
+#include "cpu/huge_pages.h"
 #include "mxmoe/status.h"
 
 namespace mxmoe::cli {
 
-struct ReadStream {
-  int threads = 0;
-  size_t bytes = 0;                             // each buffer
-  std::vector<double> gbps_4k, gbps_huge;       // one per pass, in the order run
-  double median_4k() const;
-  double median_huge() const;
-};
+class ReadStream {
+ public:
+  // Two buffers of `bytes` (far above the last-level cache, so that every
+  // pass reads DRAM), written once: untouched anonymous pages all map the
+  // one zero page.
+  static Status create(size_t bytes, ReadStream* out);
 
-// `passes` passes over each buffer of `bytes` (far above the last-level
-// cache, so that each pass comes from DRAM); each thread sums its contiguous
-// part, as each thread of a forward streams its contiguous run of experts.
-Status measure_read_stream(size_t bytes, int passes, ReadStream* out);
+  // GB/s of one pass over the 4 KiB-page buffer (huge: the huge-page one) on
+  // the forward's threads (OpenMP's), each summing its contiguous part, as
+  // each thread of a forward streams its contiguous run of experts.
+  double pass(bool huge) const;
+  int threads() const;
+  size_t bytes() const { return small_.size(); }
+
+ private:
+  cpu::HostBuffer small_, huge_;
+};
 
 }  // namespace mxmoe::cli
