@@ -54,7 +54,7 @@ TEST(CpuWork, DecodeSplitsWholeExpertsBetweenTwoThreads) {
     std::vector<Span> spans;
     for_each_span(off.data(), 128, 90, t, 2, [&](const Span& s) { spans.push_back(s); });
     ASSERT_EQ(spans.size(), 2u) << "thread " << t;
-    for (const Span& s : spans) EXPECT_EQ(s.end - s.begin, 90);
+    for (const Span& s : spans) EXPECT_EQ(s.end - s.begin, 90);  // whole experts: their costs are equal
     EXPECT_EQ(spans[0].expert, t == 0 ? 3 : 77);
   }
 }
