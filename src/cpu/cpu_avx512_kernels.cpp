@@ -9,6 +9,8 @@ namespace mxmoe::cpu {
 namespace {
 
 struct Avx512BwOps : Avx512Ops {
+  // 8 tokens a tile, as avx512_vnni: a block costs 27.8 cycles a token at 4
+  // tokens, 25.9 at 8 (L1, one thread).
   static constexpr int kTile = 8;
 
   // Four vpmaddubsw results add up in int16 without overflow: a lane is

@@ -22,6 +22,7 @@ struct ScalarOps {
   struct Block {
     uint8_t t[8][64];
   };
+  // 4 tokens share each decoded block (a table lookup a code).
   static constexpr int kTile = 4;
 
   template <class Op>
