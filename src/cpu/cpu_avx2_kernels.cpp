@@ -1,9 +1,9 @@
 // The avx2 path: AVX2 + FMA, the 16 rows of a weight group as two 256-bit
-// halves (rows 0-7, 8-15); the block sums as on avx512 (vpmaddubsw,
-// vpmaddwd). Compiled with -mavx2 -mfma (src/CMakeLists.txt).
+// halves (rows 0-7, 8-15); the block sums as on avx512 (cpu_maddubs_dot.h). Compiled with -mavx2 -mfma (src/CMakeLists.txt).
 #include <immintrin.h>
 
 #include "cpu/cpu_kernels_impl.h"
+#include "cpu/cpu_maddubs_dot.h"
 
 namespace mxmoe::cpu {
 namespace {
@@ -130,21 +130,14 @@ struct Avx2Ops {
   }
   static F row_scales(const uint8_t* s) { return {scales8(s), scales8(s + 8)}; }
 
-  // As Avx512BwOps::dot on each half (the same int16 bounds).
+  static __m256i maddubs(__m256i a, __m256i b) { return _mm256_maddubs_epi16(a, b); }
+  static __m256i madd(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
+  static __m256i add16(__m256i a, __m256i b) { return _mm256_add_epi16(a, b); }
+  static __m256i add32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+  static __m256i set1_16(int16_t v) { return _mm256_set1_epi16(v); }
+  static __m256i set1_32(int32_t v) { return _mm256_set1_epi32(v); }
   static __m256i dot8(const __m256i* w, const int8_t* hi, const int8_t* lo, int32_t corr) {
-    __m256i acc = _mm256_set1_epi32(corr);
-#pragma GCC unroll 2
-    for (const int8_t* plane : {hi, lo}) {
-      const __m256i weight = _mm256_set1_epi16(plane == hi ? 256 : 1);
-#pragma GCC unroll 2
-      for (int j0 = 0; j0 < 8; j0 += 4) {
-        __m256i s = _mm256_maddubs_epi16(w[j0], broadcast4(plane, j0));
-#pragma GCC unroll 3
-        for (int j = j0 + 1; j < j0 + 4; ++j) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[j], broadcast4(plane, j)));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, weight));
-      }
-    }
-    return acc;
+    return maddubs_block_sum<Avx2Ops>(w, hi, lo, corr);
   }
   static __m256i broadcast4(const int8_t* p, int j) {
     int32_t v;

@@ -1,5 +1,6 @@
 // The CPU kernels, written once over the 16-lane operations `Ops` of one
-// instruction set (cpu_avx512_ops.h, cpu_avx2_ops.h, cpu_scalar_ops.h).
+// instruction set (cpu_avx512_ops.h; the Ops structs of
+// cpu_avx2_kernels.cpp and cpu_scalar_kernels.cpp).
 // A lane is a row of a 16-row weight group (kCpuRowGroups16): a group's
 // block of 32 K is decoded once and dotted with each token of a register
 // tile, so a decoded weight is used by up to Ops::kTile tokens.
@@ -35,13 +36,14 @@ struct Impl {
   // Each block's codes and scales are asked for this far ahead (16 blocks):
   // the hardware prefetchers alone left a thread's stream partly waiting on
   // DRAM. gpt-oss-120b-shaped experts at T = 1, avx512_vnni, 2 threads (EPYC
-  // 9004 host, 2026-12-02; best / median of six rounds of 200 forwards):
+  // Zen 4 host, 2026-12-02; best / median of six rounds of 200 forwards):
   // none 1.39 / 1.93 ms, 1 KiB 1.32 / 1.79, 4 KiB 1.14 / 1.68, 16 KiB 1.28 / 1.70.
   static constexpr int64_t kPrefetchBytes = 4096;
 
   // e^z for the SwiGLU's sigmoid: Cephes' expf (range reduction by ln 2 in
-  // two parts, a degree-5 polynomial; relative error below 2e-7), with plain
-  // multiplies and adds so that every path rounds alike. z is clamped to
+  // two parts, a degree-5 polynomial; at most 8.1e-8 off the double exp,
+  // relative, over the range), with plain multiplies and adds so that every
+  // path rounds alike. z is clamped to
   // [-87, 88], where 2^n stays a normal float; NaN passes the clamps.
   static F exp(F z) {
     z = Ops::max(Ops::set1(-87.0f), Ops::min(Ops::set1(88.0f), z));

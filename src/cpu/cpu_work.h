@@ -10,7 +10,7 @@ namespace mxmoe::cpu {
 // rows) in units of one row's dot products: streaming the group costs about
 // as much as one more row. Measured on avx512_vnni, one thread, gpt-oss-120b
 // shapes, every token on the same 4 experts (rotated over 16 so the weights
-// come from DRAM), EPYC 9004 host, 2026-12-02: 2.11 ms a forward at 1 row an
+// come from DRAM), EPYC Zen 4 host, 2026-12-02: 2.11 ms a forward at 1 row an
 // expert, 33.6 at 32, 67.8 at 64: 1.07 ms a row and 1.04 ms more.
 inline constexpr int64_t kStreamRows = 1;
 

@@ -27,9 +27,10 @@ class HostBuffer {
   HostBuffer& operator=(const HostBuffer&) = delete;
   ~HostBuffer();
 
-  // `bytes` of zeroed memory. huge_pages: ask for 2 MiB pages, which cut the
-  // page walks of a stream over 4 KiB pages (a 2-thread read stream on an
-  // EPYC 9004 host: 24-48 GB/s over 4 KiB pages, 53 GB/s over huge pages);
+  // `bytes` of zeroed memory. huge_pages: ask for 2 MiB pages, which spare a
+  // stream the page walks of 512 times as many 4 KiB pages (a 2-thread read
+  // stream on the EPYC host of docs/PERF.md: 31-54 GB/s over 4 KiB pages,
+  // 31-67 GB/s over huge pages, both moving with the shared host);
   // otherwise ask for 4 KiB pages, whatever the system's default.
   static Status allocate(size_t bytes, bool huge_pages, HostBuffer* out);
 
