@@ -8,7 +8,9 @@
 // Included only by the cpu_<isa>_kernels.cpp files, each compiled with its
 // own -m flags: everything here has internal linkage, so that the linker
 // never merges a function compiled for one instruction set into the code of
-// another (inline functions with external linkage are merged by name).
+// another (inline functions with external linkage are merged by name); a
+// CTest checks that each path's object exports only its kernel table
+// (scripts/check-isa-objects.sh).
 //
 // Every Ops gives the same results bit for bit: integer block sums are
 // exact, and the float operations (IEEE add, mul, div, fma with one
