@@ -34,25 +34,30 @@ TEST(CliCheckpoint, RunMatchesReferenceAndRefusesBadLayer) {
   const auto x = testing::random_floats(3 * 64, seed + 2, 2.0f);
   ASSERT_TRUE(write_npy_f32((dir.path / "x.npy").string(), x.data(), {3, 64}).ok());
 
-  const std::string common = "run --backend cpu --checkpoint " + dir.path.string() + " --input " +
+  const std::string common = "run --backend reference --checkpoint " + dir.path.string() + " --input " +
                              (dir.path / "x.npy").string() + " --output " + (dir.path / "y.npy").string();
   ASSERT_EQ(run_cli(common + " --layer 1"), 0);
   NpyArray y;
   ASSERT_TRUE(read_npy_f32_matrix((dir.path / "y.npy").string(), 64, &y).ok());
   std::vector<float> ref(x.size());
-  ASSERT_TRUE(reference_forward(layers[1].view(), x.data(), 3, nullptr, ref.data()).ok());
+  ASSERT_TRUE(reference_forward(layers[1].view(), x.data(), 3, nullptr, ref.data(), {.fp64 = true}).ok());
   EXPECT_EQ(y.data, ref);
   EXPECT_GT(testing::l2_norm(ref), 0.0);
 
   // MXFP8 activations: the reference's MXFP8 mode on the same tensors, exactly.
   ASSERT_EQ(run_cli(common + " --layer 1 --activations mxfp8 --check"), 0);
   ASSERT_TRUE(read_npy_f32_matrix((dir.path / "y.npy").string(), 64, &y).ok());
-  ReferenceOptions mx;
+  ReferenceOptions mx{.fp64 = true};
   mx.activations.format = ActivationFormat::kMxfp8;
   std::vector<float> ref8(x.size());
   ASSERT_TRUE(reference_forward(layers[1].view(), x.data(), 3, nullptr, ref8.data(), mx).ok());
   EXPECT_EQ(y.data, ref8);
   EXPECT_NE(ref8, ref);
+
+  // The CPU kernels on the same checkpoint, checked against the reference.
+  EXPECT_EQ(run_cli("run --backend cpu --checkpoint " + dir.path.string() + " --input " +
+                    (dir.path / "x.npy").string() + " --layer 1 --check"),
+            0);
 
   EXPECT_EQ(run_cli(common + " --layer 2"), 2) << "layer out of range";
   const auto wide = testing::random_floats(3 * 96, seed + 3);

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "mxmoe/dispatch.h"
+#include "support/test_support.h"
 
 namespace mxmoe {
 
@@ -25,7 +26,7 @@ const std::vector<std::optional<int>> kSms = {std::nullopt, 70, 75, 80, 86, 89, 
 // Expected auto pick per SM with bf16 activations (the default), one column
 // per kArchSets entry: sm90 on SM90 with 90a code; sm100/sm120 consume MXFP8
 // only, so elsewhere the pick is portable where compiled code runs on the
-// device ('a' code only on its own SM), else cpu.
+// device ('a' code only on its own SM), else cpu (the CPU kernels).
 const std::map<int, std::string> kAutoTable = {
     {0, "cpu cpu cpu cpu cpu"},  // no GPU
     {70, "cpu cpu cpu cpu cpu"},
@@ -83,13 +84,14 @@ TEST(Dispatch, EveryCombinationIsCompleteAndMatchesTheTable) {
         if (ov == "sm91") {
           EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
           EXPECT_NE(st.message().find("sm91"), std::string::npos) << st.message();
-          EXPECT_NE(st.message().find("auto, cpu, portable, sm90, sm100, sm120"), std::string::npos) << st.message();
+          EXPECT_NE(st.message().find("auto, cpu, reference, portable, sm90, sm100, sm120"), std::string::npos)
+              << st.message();
           continue;
         }
         if (ov == "auto" || ov.empty()) {
           ASSERT_TRUE(st.ok()) << st.message();
           EXPECT_EQ(backend_name(r.backend), want);
-        } else if (ov == "cpu" || ov == want ||
+        } else if (ov == "cpu" || ov == "reference" || ov == want ||
                    ((ov == "sm90" || ov == "portable") && sm == 90 && has_90a(kArchSets[ai]))) {
           ASSERT_TRUE(st.ok()) << st.message();
           EXPECT_EQ(backend_name(r.backend), ov);
@@ -131,7 +133,7 @@ TEST(Dispatch, ReasonsAndErrorsReadAsSpecified) {
   ASSERT_TRUE(choose_backend(input(90, {"80"}, "auto"), &r).ok());
   EXPECT_EQ(r.reason,
             "cpu: sm90 has no code that runs on SM90: this binary carries code for 80; portable has no code that "
-            "runs on SM90: this binary carries code for 80; the CPU reference runs anywhere");
+            "runs on SM90: this binary carries code for 80; the CPU kernels run on this CPU");
   ASSERT_TRUE(choose_backend(input(90, {"80", "90a"}, "sm90"), &r).ok());
   EXPECT_EQ(r.reason, "sm90: requested by --backend; sm90 runs on SM90 (code for 90a is compiled in)");
   // Plain 90 code has no wgmma.
@@ -149,7 +151,10 @@ TEST(Dispatch, ReasonsAndErrorsReadAsSpecified) {
                           "(requested by --backend)");
 
   ASSERT_TRUE(choose_backend(input(std::nullopt, {}, "auto"), &r).ok());
-  EXPECT_EQ(r.reason, "cpu: portable needs a GPU; no CUDA device visible; the CPU reference runs anywhere");
+  EXPECT_EQ(r.reason, "cpu: portable needs a GPU; no CUDA device visible; the CPU kernels run on this CPU");
+  ASSERT_TRUE(choose_backend(input(std::nullopt, {}, "reference"), &r).ok());
+  EXPECT_EQ(r.reason, "reference: requested by --backend; the fp64 reference runs anywhere, on either activation "
+                      "format");
 
   ASSERT_TRUE(choose_backend(input(75, {"80"}, "auto"), &r).ok());
   EXPECT_NE(r.reason.find("portable needs an SM80+ GPU; device 0 is SM75"), std::string::npos) << r.reason;
@@ -170,25 +175,30 @@ TEST(Dispatch, AutoPicksSm90OnSm90AndPortableWhenForced) {
   EXPECT_EQ(r.backend, BackendKind::kPortable);
 }
 
-// MXFP8 activations on SM90: no GPU backend there consumes them, so auto
-// passes over each with the reason and lands on cpu; a forced one is refused.
+// MXFP8 activations on SM90: no GPU backend there consumes them, nor do the
+// CPU kernels, so auto passes over each with the reason and lands on the
+// reference; a forced one is refused.
 TEST(Dispatch, Mxfp8ActivationsSkipTheBf16Backends) {
   DispatchInput in = input(90, {"80", "90a"}, "auto");
   in.activations = ActivationFormat::kMxfp8;
   DispatchResult r;
   ASSERT_TRUE(choose_backend(in, &r).ok());
-  EXPECT_EQ(r.backend, BackendKind::kCpu);
+  EXPECT_EQ(r.backend, BackendKind::kReference);
   EXPECT_NE(r.reason.find("sm90 consumes bf16 activations, not mxfp8"), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find("portable consumes bf16 activations, not mxfp8"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("cpu consumes bf16 activations, not mxfp8 (the reference computes them)"), std::string::npos)
+      << r.reason;
   in.override_name = "sm90";
   const Status st = choose_backend(in, &r);
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
   EXPECT_NE(st.message().find("sm90 consumes bf16 activations, not mxfp8"), std::string::npos) << st.message();
   std::string why;
   EXPECT_FALSE(backend_available(BackendKind::kPortable, in, &why));
-  EXPECT_TRUE(backend_available(BackendKind::kCpu, in, &why));
+  EXPECT_FALSE(backend_available(BackendKind::kCpu, in, &why));
+  EXPECT_TRUE(backend_available(BackendKind::kReference, in, &why));
   EXPECT_EQ(check_activation_format(BackendKind::kPortable, ActivationFormat::kMxfp8).code(), StatusCode::kUnsupported);
-  EXPECT_TRUE(check_activation_format(BackendKind::kCpu, ActivationFormat::kMxfp8).ok());
+  EXPECT_EQ(check_activation_format(BackendKind::kCpu, ActivationFormat::kMxfp8).code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(check_activation_format(BackendKind::kReference, ActivationFormat::kMxfp8).ok());
   EXPECT_EQ(parse_activation_format("mxfp8"), ActivationFormat::kMxfp8);
   EXPECT_EQ(parse_activation_format("fp8"), std::nullopt);
 }
@@ -214,7 +224,7 @@ TEST(Dispatch, BlackwellBackendsTakeMxfp8Activations) {
     EXPECT_NE(r.reason.find("code for " + std::to_string(sm) + "a is compiled in"), std::string::npos) << r.reason;
     in.left_out = {{kind, "built without CUTLASS"}};
     ASSERT_TRUE(choose_backend(in, &r).ok());
-    EXPECT_EQ(r.backend, BackendKind::kCpu);  // portable takes bf16 only
+    EXPECT_EQ(r.backend, BackendKind::kReference);  // portable and cpu take bf16 only
     EXPECT_NE(r.reason.find(std::string(backend_name(kind)) + " is left out of this build (built without CUTLASS)"),
               std::string::npos)
         << r.reason;
@@ -263,6 +273,7 @@ TEST(Dispatch, LeftOutBackendsSayWhy) {
 TEST(Dispatch, ThisBuildLeavesOutExactlyWhatItDidNotCompile) {
   const std::map<BackendKind, bool> compiled = {
       {BackendKind::kCpu, true},
+      {BackendKind::kReference, true},
 #ifdef MXMOE_WITH_CUDA
       {BackendKind::kPortable, true},
 #else
@@ -336,7 +347,7 @@ TEST(Dispatch, LeftOutBackendsAreNeverPicked) {
         << line;
   }
   EXPECT_NE(table.find("\nportable  yes "), std::string::npos) << table;
-  EXPECT_NE(table.find("pick: cpu"), std::string::npos) << table;
+  EXPECT_NE(table.find("pick: reference"), std::string::npos) << table;  // cpu and portable take bf16 only
 }
 
 TEST(Dispatch, ArchCodeCompatibility) {
@@ -363,33 +374,16 @@ TEST(Dispatch, ArchCodeCompatibility) {
   EXPECT_TRUE(backend_available(BackendKind::kPortable, input(86, {"80-real"}, "auto"), &why)) << why;
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 TEST(Dispatch, ThisProcessTakesTheCallerBeforeTheEnvironment) {
   DispatchResult r;
   {
-    ScopedEnv env("MXMOE_BACKEND", "cpu");
+    testing::ScopedEnv env("MXMOE_BACKEND", "cpu");
     ASSERT_TRUE(choose_backend_for_this_process("auto", kGptOss20b, &r).ok());
     EXPECT_EQ(r.backend, BackendKind::kCpu);
     EXPECT_NE(r.reason.find("MXMOE_BACKEND"), std::string::npos) << r.reason;
   }
   {
-    ScopedEnv env("MXMOE_BACKEND", "bogus");
+    testing::ScopedEnv env("MXMOE_BACKEND", "bogus");
     const Status st = choose_backend_for_this_process("", kGptOss20b, &r);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("MXMOE_BACKEND"), std::string::npos) << st.message();
@@ -398,10 +392,31 @@ TEST(Dispatch, ThisProcessTakesTheCallerBeforeTheEnvironment) {
     EXPECT_NE(r.reason.find("--backend / API"), std::string::npos) << r.reason;
   }
   {
-    ScopedEnv env("MXMOE_BACKEND", nullptr);
+    testing::ScopedEnv env("MXMOE_BACKEND", nullptr);
     EXPECT_EQ(dispatch_input_for_this_process("auto", kGptOss20b).override_name, "auto");
     EXPECT_EQ(choose_backend_for_this_process("nope", kGptOss20b, &r).code(), StatusCode::kInvalidArgument);
   }
+}
+
+// The cpu backend's kernel path is part of its reason; where MXMOE_CPU_ISA
+// names a path this CPU lacks (or none), cpu cannot run, auto says why and
+// takes the reference, and forcing cpu is refused with the same words.
+TEST(Dispatch, CpuKernelsAreNamedAndABadPathPassesToTheReference) {
+  DispatchInput in = input(std::nullopt, {}, "auto");
+  in.cpu_kernels = "avx2 kernels (forced by MXMOE_CPU_ISA)";
+  DispatchResult r;
+  ASSERT_TRUE(choose_backend(in, &r).ok());
+  EXPECT_EQ(r.reason, "cpu: portable needs a GPU; no CUDA device visible; the CPU kernels run on this CPU: avx2 "
+                      "kernels (forced by MXMOE_CPU_ISA)");
+  in.cpu_kernels = "MXMOE_CPU_ISA=avx1024 names no cpu kernel path (avx512_vnni, avx512, avx2, scalar)";
+  in.cpu_kernels_ok = false;
+  ASSERT_TRUE(choose_backend(in, &r).ok());
+  EXPECT_EQ(r.backend, BackendKind::kReference);
+  EXPECT_NE(r.reason.find("cpu: MXMOE_CPU_ISA=avx1024 names no cpu kernel path"), std::string::npos) << r.reason;
+  in.override_name = "cpu";
+  const Status st = choose_backend(in, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("MXMOE_CPU_ISA=avx1024"), std::string::npos) << st.message();
 }
 
 TEST(Dispatch, InfoTablesNameEveryBackendAndThePick) {

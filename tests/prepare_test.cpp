@@ -23,8 +23,8 @@ struct HI {
 };
 // Edges: 2880 % 128 = 64 (sm90 pads H and I), 736 % 64 = 32 (portable pads I).
 const HI kShapes[] = {{160, 160}, {320, 224}, {2880, 2880}, {2880, 736}};
-const W13Layout kLayouts[] = {W13Layout::kInterleaved, W13Layout::kStackedUpGate,
-                              W13Layout::kStackedGateUp, W13Layout::kInterleavedChunkOrder};
+const W13Layout kLayouts[] = {W13Layout::kInterleaved, W13Layout::kStackedUpGate, W13Layout::kStackedGateUp,
+                              W13Layout::kInterleavedChunkOrder, W13Layout::kBlockedGateUp16};
 
 // Few experts at 2880 keep the sweep fast; the copy loops do not depend on E
 // beyond the expert offset, which the smaller shapes cover with 4.
@@ -168,6 +168,7 @@ std::string param_name(const ::testing::TestParamInfo<Prepared::ParamType>& info
   const char* l = layout == W13Layout::kInterleaved             ? "interleaved"
                   : layout == W13Layout::kStackedUpGate         ? "upgate"
                   : layout == W13Layout::kInterleavedChunkOrder ? "chunkorder"
+                  : layout == W13Layout::kBlockedGateUp16       ? "gateup16"
                                                                 : "gateup";
   return std::string(backend_name(b)) + "_H" + std::to_string(kShapes[si].h) + "_I" +
          std::to_string(kShapes[si].i) + "_" + l;

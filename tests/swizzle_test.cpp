@@ -167,6 +167,45 @@ TEST(Swizzle, FragmentScaleOrderGivesALaneItsFourScalesInOneWord) {
     }
 }
 
+// kCpuRowGroups16, element by element from its definition: element (row, k)
+// of group row / 16 is a nibble of the group's block k / 32 (256 bytes at
+// 256 (k / 32)): byte 64 q + 4 r + i with r = row % 16, q = (k % 16) / 4,
+// i = k % 4, low nibble for k % 32 < 16, high nibble for the rest. Every
+// nibble of the output is written once; a group's scales are [block][row].
+TEST(Swizzle, CpuRowGroups16PairsEachCodeWithTheOneSixteenFurther) {
+  std::mt19937 rng(29);
+  for (int64_t cols : {32, 64, 160, 736, 2880}) {
+    SCOPED_TRACE(::testing::Message() << "cols " << cols);
+    const int64_t rows = 48, row_bytes = cols / 2, blocks = cols / 32;
+    std::vector<uint8_t> dense(size_t(rows * row_bytes)), out(dense.size(), 0);
+    for (auto& b : dense) b = uint8_t(rng());
+    ASSERT_TRUE(swizzle_codes(WeightSwizzle::kCpuRowGroups16, dense.data(), rows, cols, out.data()).ok());
+    std::vector<int> hits(out.size() * 2, 0);
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t k = 0; k < cols; ++k) {
+        const int64_t kb = k % 32, r = row % 16;
+        const int64_t byte = row / 16 * 16 * row_bytes + 256 * (k / 32) + 64 * ((kb % 16) / 4) + 4 * r + kb % 4;
+        const bool high = kb >= 16;
+        ++hits[size_t(2 * byte + high)];
+        const uint8_t want = e2m1_code_at(dense.data() + row * row_bytes, k);
+        ASSERT_EQ(high ? out[size_t(byte)] >> 4 : out[size_t(byte)] & 0xF, want) << "row " << row << " k " << k;
+      }
+    for (int h : hits) ASSERT_EQ(h, 1);
+
+    std::vector<uint8_t> scales(size_t(rows * blocks)), sout(scales.size(), 0);
+    for (auto& b : scales) b = uint8_t(rng());
+    ASSERT_TRUE(swizzle_scales(WeightSwizzle::kCpuRowGroups16, scales.data(), rows, cols, sout.data()).ok());
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t b = 0; b < blocks; ++b)
+        ASSERT_EQ(sout[size_t(row / 16 * 16 * blocks + 16 * b + row % 16)], scales[size_t(row * blocks + b)])
+            << "row " << row << " block " << b;
+  }
+  std::vector<uint8_t> small(16 * 32), out(small.size());
+  EXPECT_FALSE(swizzle_codes(WeightSwizzle::kCpuRowGroups16, small.data(), 8, 64, out.data()).ok());    // rows
+  EXPECT_FALSE(swizzle_codes(WeightSwizzle::kCpuRowGroups16, small.data(), 16, 48, out.data()).ok());   // cols
+  EXPECT_FALSE(swizzle_scales(WeightSwizzle::kCpuRowGroups16, small.data(), 24, 64, out.data()).ok());  // rows
+}
+
 TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {
   std::vector<uint8_t> dense(16 * 32), out(dense.size());
   for (size_t i = 0; i < dense.size(); ++i) dense[i] = uint8_t(i * 7 + 1);
@@ -183,13 +222,16 @@ TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {
   EXPECT_FALSE(swizzle_scales(WeightSwizzle::kMmaRowTiles128, dense.data(), 32, 96, out.data()).ok());  // K % 64
 }
 
-TEST(Swizzle, PortableAndSm90PlansUseFragmentOrder) {
+TEST(Swizzle, EachPlanNamesItsOrder) {
   EXPECT_EQ(make_plan(BackendKind::kPortable, kGptOss20b).swizzle, WeightSwizzle::kMmaRowGroups16);
   // sm90's wgmma A fragment of a warp is the mma.m16n8k16 A fragment of its 16
   // rows: the same words (tests/sm90_layout_test.cpp follows them into wgmma),
   // a tile's groups interleaved by chunk.
   EXPECT_EQ(make_plan(BackendKind::kSm90, kGptOss20b).swizzle, WeightSwizzle::kMmaRowTiles128);
-  EXPECT_EQ(make_plan(BackendKind::kCpu, kGptOss20b).swizzle, WeightSwizzle::kNone);
+  EXPECT_EQ(make_plan(BackendKind::kReference, kGptOss20b).swizzle, WeightSwizzle::kNone);
+  // The CPU kernels' order, with w13's gates and ups in alternate 16-row groups.
+  EXPECT_EQ(make_plan(BackendKind::kCpu, kGptOss20b).swizzle, WeightSwizzle::kCpuRowGroups16);
+  EXPECT_EQ(make_plan(BackendKind::kCpu, kGptOss20b).w13_layout, W13Layout::kBlockedGateUp16);
 }
 
 }  // namespace

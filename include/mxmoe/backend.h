@@ -14,12 +14,14 @@
 
 namespace mxmoe {
 
-enum class BackendKind { kCpu, kPortable, kSm90, kSm100, kSm120 };
-inline constexpr BackendKind kAllBackends[] = {BackendKind::kCpu, BackendKind::kPortable,
-                                               BackendKind::kSm90, BackendKind::kSm100,
-                                               BackendKind::kSm120};
+// kCpu: the CPU kernels (src/cpu/, SIMD paths chosen by the CPU's features);
+// kReference: the fp64 CPU reference (src/reference/), the oracle the others
+// are checked against, which also serves MXFP8 activations on the CPU.
+enum class BackendKind { kCpu, kReference, kPortable, kSm90, kSm100, kSm120 };
+inline constexpr BackendKind kAllBackends[] = {BackendKind::kCpu,  BackendKind::kReference, BackendKind::kPortable,
+                                               BackendKind::kSm90, BackendKind::kSm100,     BackendKind::kSm120};
 
-const char* backend_name(BackendKind kind);                        // "cpu", "portable", ...
+const char* backend_name(BackendKind kind);                        // "cpu", "reference", "portable", ...
 std::optional<BackendKind> parse_backend_name(std::string_view);  // not "auto"
 
 // What the expert GEMMs consume as activations: bf16 (x and the SwiGLU output
@@ -51,7 +53,8 @@ struct ForwardTiming {
   // GPU backends: each timed batch's time per forward (a batch: one replay of
   // every routing set) and the SM clock read after it, in the order timed,
   // and the clock's median over the batches; the same for the one-graph
-  // batches. Empty and 0 on the CPU.
+  // batches. The CPU backends: each timed forward's time in batch_us, the
+  // rest empty and 0.
   std::vector<double> batch_us, batch_sm_clock_mhz, chained_batch_us, chained_batch_sm_clock_mhz;
   double median_sm_clock_mhz = 0, chained_median_sm_clock_mhz = 0;
   // GPU backends, where a power window was asked for and the board's energy
@@ -82,8 +85,8 @@ class Backend {
   // forward; then replays of one graph of all the sets' forwards
   // (chained_median_us). With `power_window_s` > 0, the board's power and
   // the energy per forward over about that many seconds of replays after the
-  // timed batches (ForwardTiming::power_w). The CPU backend runs no warm-up
-  // and measures no power.
+  // timed batches (ForwardTiming::power_w). The CPU backends run forwards for
+  // `min_warmup_s` first (none for 0) and measure no power.
   virtual Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed,
                               double min_warmup_s, double power_window_s, ForwardTiming* out) = 0;
 };

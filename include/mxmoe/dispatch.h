@@ -8,6 +8,8 @@
 //   SM120, SM121    -> sm120, portable, cpu    only, so with bf16 they pass)
 //   other SM >= 80  -> portable, cpu          (SM80/86/87/89, SM110, ...)
 //   SM < 80 or none -> cpu
+// and every list ends with reference (the fp64 oracle), which computes MXFP8
+// activations on the CPU, where cpu (bf16) cannot.
 // A backend can run when this build compiled it in (BuildContents below), the
 // device is one it supports, and the binary carries code that runs on the device:
 //   - "XYa" (arch-specific, e.g. 90a) runs only on SM XY: wgmma, tcgen05 and the
@@ -71,9 +73,13 @@ struct DispatchInput {
   // Dispatch never picks one of them.
   std::vector<LeftOutBackend> left_out;
   WeightFormat weight_format = WeightFormat::kMxfp4;
-  // What the GEMMs must consume: a GPU backend of another format cannot run
-  // (the cpu backend computes either).
+  // What the GEMMs must consume: a backend of another format cannot run
+  // (the reference backend computes either).
   ActivationFormat activations = ActivationFormat::kBf16;
+  // The cpu backend's kernel path in words (choose_cpu_isa, mxmoe/cpu.h),
+  // or why none can run (an MXMOE_CPU_ISA this CPU lacks or no path knows).
+  std::string cpu_kernels;
+  bool cpu_kernels_ok = true;
   MoeShape shape;
   std::string override_name = "auto";  // "auto" (or empty) or a backend name
   std::string override_source;         // where it came from, e.g. "--backend", "MXMOE_BACKEND"
@@ -124,7 +130,7 @@ std::string describe_preparation(const MoeShape& shape);
 // (source "MXMOE_BACKEND"), else auto.
 DispatchInput dispatch_input_for_this_process(std::string_view override_or_auto,
                                               const MoeShape& shape);
-// The same for CUDA device `device` (-1: the CPU, where only the cpu backend
+// The same for CUDA device `device` (-1: the CPU, where only the CPU backends
 // can run; a device that does not exist is reported as no device).
 DispatchInput dispatch_input_for_device(std::string_view override_or_auto, const MoeShape& shape, int device);
 Status choose_backend_for_this_process(std::string_view override_or_auto, const MoeShape& shape,

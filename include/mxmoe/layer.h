@@ -44,7 +44,8 @@ struct LayerOptions {
   // CUDA device index, or -1 for the CPU.
   int device = -1;
   // What the expert GEMMs consume; backends of another format are passed
-  // over (auto) or refused (forced). bf16: every backend; mxfp8: cpu today.
+  // over (auto) or refused (forced). bf16: every backend but sm100 and sm120;
+  // mxfp8: reference (the fp64 oracle, on the CPU), sm100, sm120.
   ActivationOptions activations;
 };
 

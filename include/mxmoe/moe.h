@@ -43,6 +43,11 @@ enum class W13Layout {
   // produces one contiguous half of a GEMM2 activation stage (sm90 backend).
   // Needs I % 64 == 0.
   kInterleavedChunkOrder,
+  // Gates and ups in blocks of 16 columns: rows 32q .. 32q + 15 hold gate_j
+  // and rows 32q + 16 .. 32q + 31 up_j for j = 16q .. 16q + 15 (cpu backend:
+  // a 16-row group of gates and the next group of the same columns' ups give
+  // two vectors whose lanes pair up for the SwiGLU). Needs I % 16 == 0.
+  kBlockedGateUp16,
 };
 
 // The K order of a chunk of `width` (128, or 64 for a last chunk) that the
@@ -75,11 +80,19 @@ inline constexpr int64_t w13_gate_row(W13Layout l, int64_t I, int64_t j) {
     case W13Layout::kStackedUpGate: return I + j;
     case W13Layout::kStackedGateUp: return j;
     case W13Layout::kInterleavedChunkOrder: return 2 * chunk_order_pair(I, j);
+    case W13Layout::kBlockedGateUp16: return 2 * j - j % 16;
   }
   return -1;
 }
 inline constexpr int64_t w13_up_row(W13Layout l, int64_t I, int64_t j) {
-  return l == W13Layout::kStackedUpGate ? j : l == W13Layout::kStackedGateUp ? I + j : w13_gate_row(l, I, j) + 1;
+  switch (l) {
+    case W13Layout::kStackedUpGate: return j;
+    case W13Layout::kStackedGateUp: return I + j;
+    case W13Layout::kBlockedGateUp16: return w13_gate_row(l, I, j) + 16;
+    case W13Layout::kInterleaved:
+    case W13Layout::kInterleavedChunkOrder: break;
+  }
+  return w13_gate_row(l, I, j) + 1;
 }
 
 struct SwigluParams {

@@ -75,11 +75,21 @@ enum class WeightSwizzle {
   // group order, 8 KB at 8192c from the tile's start ([c][group][1 KB]), so
   // one bulk copy brings a whole chunk of a tile. Needs K % 128 == 0.
   kMmaRowTiles128,
+  // The cpu backend's SIMD order (src/cpu/). Each group of 16 rows is stored
+  // by 32-wide MX block: block b of the group is 256 bytes at 256b, and its
+  // byte 64q + 4r + i holds element (row r, k = 32b + 4q + i) in its low
+  // nibble and element (r, 32b + 16 + 4q + i) in its high nibble. A 64-byte
+  // load at 64q then gives, from its low nibbles, 16 rows x 4 consecutive k
+  // (one 32-bit lane a row, the 4 bytes a u8 x s8 dot product sums) and from
+  // its high nibbles the same for k + 16. The scales of a 16-row group are
+  // stored by block as well: 16 bytes at 16b, row r's at 16b + r.
+  kCpuRowGroups16,
 };
 
 // Writes the `rows` x `cols` (elements; cols/2 bytes a row) dense codes into
 // `out` in `swizzle` order. kMmaRowGroups16 needs rows % 16 == 0 and
-// cols % 64 == 0; kMmaRowTiles128 rows % 128 == 0 and cols % 128 == 0.
+// cols % 64 == 0; kMmaRowTiles128 rows % 128 == 0 and cols % 128 == 0;
+// kCpuRowGroups16 rows % 16 == 0 and cols % 32 == 0.
 Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols,
                      uint8_t* out);
 
@@ -93,7 +103,8 @@ Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, 
 // with one 4-byte load, and the two rows of one subtile are adjacent bytes.
 // A 64-wide tail chunk (cols % 128 == 64) is the 64 bytes after the full
 // chunks, [g][t (2)][m][r] for MX block 4 (cols / 128) + t. Needs rows % 32
-// == 0 and cols % 64 == 0.
+// == 0 and cols % 64 == 0. kCpuRowGroups16 transposes each group of 16 rows
+// to [block][row] (rows % 16 == 0).
 Status swizzle_scales(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols,
                       uint8_t* out);
 

@@ -113,7 +113,8 @@ __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, 
 }
 
 // The dispatch table for `shape` on CUDA device `device` (-1: the CPU):
-// {"device": {...} or null, "compiled_archs", "backends": [{"name", "built",
+// {"device": {...} or null, "compiled_archs", "cpu_kernels" (the cpu
+// backend's kernel path and why, or why none), "backends": [{"name", "built",
 // "why_not_built", "available", "why"}], "pick", "reason"} ("pick" null and "error" set when
 // nothing can run).
 __attribute__((visibility("default"))) int64_t mxmoe_dispatch_info(int64_t experts, int64_t hidden,
@@ -129,6 +130,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_dispatch_info(int64_t exper
                              : nlohmann::json(nullptr);
   if (!in.device_sm) j["no_device_reason"] = in.no_device_reason;
   j["compiled_archs"] = in.compiled_archs;
+  j["cpu_kernels"] = in.cpu_kernels;
   j["backends"] = nlohmann::json::array();
   for (BackendKind k : kAllBackends) {
     std::string why;

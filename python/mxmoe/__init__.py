@@ -19,9 +19,11 @@ def info(device=None, *, backend="auto", experts=32, hidden=2880, intermediate=2
     """The dispatch table for a layer shape (default: gpt-oss-20b's) on ``device``.
 
     Returns a dict: ``device`` (index, name, SM; None on the CPU),
-    ``compiled_archs``, ``backends`` (each: ``name``; ``built``, whether this
-    build holds it, and ``why_not_built``, e.g. "built without CUTLASS";
-    ``available`` here and ``why`` not), ``pick`` and ``reason`` (or
+    ``compiled_archs``, ``cpu_kernels`` (the CPU kernels' instruction-set
+    path, e.g. "avx512_vnni kernels (this CPU has AVX-512 F, BW and VNNI)";
+    ``MXMOE_CPU_ISA`` forces one), ``backends`` (each: ``name``; ``built``,
+    whether this build holds it, and ``why_not_built``, e.g. "built without
+    CUTLASS"; ``available`` here and ``why`` not), ``pick`` and ``reason`` (or
     ``error`` where ``backend`` cannot run).
     """
     code, _ = _library.activation_codes(activations, "ceil")

@@ -55,9 +55,10 @@ class MoE(nn.Module):
     the layer stays on the device it was built for (``.to()`` does not move
     it; build another).
 
-    Attributes: ``backend`` (e.g. "sm90"), ``backend_reason`` (why dispatch
-    chose it), ``device``, ``num_experts``, ``hidden_size``,
-    ``intermediate_size``, ``top_k``.
+    Attributes: ``backend`` (e.g. "sm90"; on the CPU "cpu", the SIMD kernels,
+    or "reference" for MXFP8 activations), ``backend_reason`` (why dispatch
+    chose it; on the CPU also the kernels' instruction set), ``device``,
+    ``num_experts``, ``hidden_size``, ``intermediate_size``, ``top_k``.
     """
 
     def __init__(self, handle):

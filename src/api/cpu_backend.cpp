@@ -1,62 +1,66 @@
 #include "api/cpu_backend.h"
 
-#include <algorithm>
-#include <chrono>
+#include <random>
 #include <vector>
 
-#include "mxmoe/reference.h"
+#include "api/host_timing.h"
+#include "cpu/cpu_moe.h"
+#include "mxmoe/format.h"
+#include "mxmoe/layer.h"
 
 namespace mxmoe {
 namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const MoeWeightsView& w, const ActivationOptions& a) : w_(w) { options_.activations = a; }
+  explicit CpuBackend(std::unique_ptr<cpu::CpuMoe> moe) : moe_(std::move(moe)) {}
   BackendKind kind() const override { return BackendKind::kCpu; }
 
-  Status forward_host(const float* x, int64_t tokens, const RoutingView* routing,
-                      float* y) override {
-    // As the GPU backends: a forward of no tokens is a caller's mistake here,
-    // though the reference itself takes it as a no-op.
+  // x rounded to bf16, which the kernels consume; y in fp32.
+  Status forward_host(const float* x, int64_t tokens, const RoutingView* routing, float* y) override {
     if (tokens <= 0) return Status::InvalidArgument("cpu: tokens must be positive");
-    return reference_forward(w_, x, tokens, routing, y, options_);
+    std::vector<uint16_t> xb(size_t(tokens * moe_->shape().hidden));
+    for (size_t i = 0; i < xb.size(); ++i) xb[i] = float_to_bf16(x[i]);
+    std::vector<uint8_t> ws(moe_->workspace_bytes(tokens));
+    LayerForwardArgs a{.x = xb.data(), .tokens = tokens, .y = y, .y_dtype = OutputDtype::kFp32};
+    if (routing) {
+      if (routing->tokens != tokens || routing->topk != moe_->shape().topk)
+        return Status::InvalidArgument("cpu: the routing is not [tokens, topk]");
+      a.topk_ids = routing->ids;
+      a.topk_weights = routing->weights;
+    }
+    return moe_->forward(a, ws.data(), ws.size());
   }
 
-  Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed, double /*min_warmup_s*/,
+  // x: N(0, 1) in bf16 from `seed`; y in bf16, as an engine's layer.
+  Status time_forward(int64_t tokens, int routing_sets, int iterations, uint64_t seed, double min_warmup_s,
                       double power_window_s, ForwardTiming* out) override {
-    if (tokens <= 0 || !out) return Status::InvalidArgument("cpu: timing needs positive tokens and an output");
-    const MoeShape& s = w_.shape;
-    std::vector<Routing> sets;
-    for (int i = 0; i < std::max(routing_sets, 1); ++i)
-      sets.push_back(make_random_routing(tokens, s.experts, s.topk, seed + uint64_t(i)));
-    std::vector<float> x(size_t(tokens * s.hidden), 0.5f), y(x.size());
-    std::vector<double> times;
-    for (int it = 0; it < std::max(iterations, 1); ++it) {
-      const RoutingView r = sets[size_t(it) % sets.size()].view();
-      const auto t0 = std::chrono::steady_clock::now();
-      MXMOE_RETURN_IF_ERROR(reference_forward(w_, x.data(), tokens, &r, y.data(), options_));
-      times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(times.begin(), times.end());
-    *out = ForwardTiming{};
-    out->median_us = times[times.size() / 2];
-    out->min_us = times.front();
-    out->iterations = int(times.size());
-    if (power_window_s > 0) out->power_note = "the CPU backend measures no board power";
-    return Status::Ok();
+    const int64_t H = moe_->shape().hidden, T = std::max<int64_t>(tokens, 0);
+    std::vector<uint16_t> x(size_t(T * H)), y(x.size());
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal;
+    for (auto& v : x) v = float_to_bf16(normal(rng));
+    std::vector<uint8_t> ws(moe_->workspace_bytes(T));
+    return time_host_forward(
+        moe_->shape(), tokens, routing_sets, iterations, seed, min_warmup_s, power_window_s,
+        [&](const RoutingView& r) {
+          const LayerForwardArgs a{.x = x.data(), .tokens = tokens, .topk_ids = r.ids, .topk_weights = r.weights,
+                                   .y = y.data()};
+          return moe_->forward(a, ws.data(), ws.size());
+        },
+        out);
   }
 
  private:
-  MoeWeightsView w_;  // the caller keeps the weights alive
-  ReferenceOptions options_;
+  std::unique_ptr<cpu::CpuMoe> moe_;
 };
 
 }  // namespace
 
-Status create_cpu_backend(const MoeWeightsView& weights, const ActivationOptions& activations,
-                          std::unique_ptr<Backend>* out) {
-  MXMOE_RETURN_IF_ERROR(validate_weights(weights));
-  *out = std::make_unique<CpuBackend>(weights, activations);
+Status create_cpu_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out) {
+  std::unique_ptr<cpu::CpuMoe> moe;
+  MXMOE_RETURN_IF_ERROR(cpu::CpuMoe::create(weights, &moe));
+  *out = std::make_unique<CpuBackend>(std::move(moe));
   return Status::Ok();
 }
 

@@ -6,8 +6,8 @@
 
 namespace mxmoe {
 
-// The CPU reference (fp32) as a backend, with bf16 or MXFP8 activations.
-Status create_cpu_backend(const MoeWeightsView& weights, const ActivationOptions& activations,
-                          std::unique_ptr<Backend>* out);
+// The CPU kernels (src/cpu/) as a backend, on the path choose_cpu_isa picks;
+// bf16 activations.
+Status create_cpu_backend(const MoeWeightsView& weights, std::unique_ptr<Backend>* out);
 
 }  // namespace mxmoe

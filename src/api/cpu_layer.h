@@ -1,4 +1,4 @@
-// The CPU MoeLayer: the reference forward on host pointers.
+// The cpu MoeLayer: the CPU kernels (src/cpu/) on host pointers.
 #pragma once
 
 #include <memory>
@@ -8,8 +8,8 @@
 
 namespace mxmoe {
 
-// Copies the weights (the layer owns them) and serves forwards on the host.
-Status create_cpu_layer(std::string reason, const MoeWeightsView& weights, const ActivationOptions& activations,
-                        std::unique_ptr<MoeLayer>* out);
+// Prepares and packs the weights (the layer owns them) for the kernel path
+// choose_cpu_isa picks, and serves bf16-activation forwards on the host.
+Status create_cpu_layer(std::string reason, const MoeWeightsView& weights, std::unique_ptr<MoeLayer>* out);
 
 }  // namespace mxmoe

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "api/cpu_backend.h"
+#include "api/reference_backend.h"
 #include "mxmoe/backend.h"
 #include "mxmoe/dispatch.h"
 #ifdef MXMOE_WITH_CUDA
@@ -16,9 +17,9 @@
 namespace mxmoe {
 
 Status check_activation_format(BackendKind kind, ActivationFormat format) {
-  if (backend_info(kind).activation == format || kind == BackendKind::kCpu) return Status::Ok();
+  if (backend_info(kind).activation == format || kind == BackendKind::kReference) return Status::Ok();
   return Status::Unsupported(fmt::format(
-      "{}: its GEMMs consume {} activations, not {} (the cpu backend computes either; the Blackwell backends "
+      "{}: its GEMMs consume {} activations, not {} (the reference backend computes either; the Blackwell backends "
       "sm100 and sm120 take mxfp8, the others bf16)",
       backend_name(kind), activation_format_name(backend_info(kind).activation), activation_format_name(format)));
 }
@@ -26,7 +27,7 @@ Status check_activation_format(BackendKind kind, ActivationFormat format) {
 Status create_backend(BackendKind kind, const MoeWeightsView& weights, const ActivationOptions& activations,
                       std::unique_ptr<Backend>* out) {
   MXMOE_RETURN_IF_ERROR(check_activation_format(kind, activations.format));
-  if (kind == BackendKind::kCpu) return create_cpu_backend(weights, activations, out);
+  if (kind == BackendKind::kReference) return create_reference_backend(weights, activations, out);
   if (kind == BackendKind::kSm100 || kind == BackendKind::kSm120) {
 #ifdef MXMOE_WITH_BLOCKSCALED
     return create_blockscaled_backend(kind, weights, activations, BlockscaledOptions{}, out);
@@ -41,7 +42,8 @@ Status create_backend(BackendKind kind, const MoeWeightsView& weights, const Act
 Status create_backend(BackendKind kind, const MoeWeightsView& weights,
                       std::unique_ptr<Backend>* out) {
   switch (kind) {
-    case BackendKind::kCpu: return create_cpu_backend(weights, ActivationOptions{}, out);
+    case BackendKind::kCpu: return create_cpu_backend(weights, out);
+    case BackendKind::kReference: return create_reference_backend(weights, ActivationOptions{}, out);
     case BackendKind::kPortable:
 #ifdef MXMOE_WITH_CUDA
       return create_portable_backend(weights, out);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "api/cpu_layer.h"
+#include "api/reference_layer.h"
 #include "mxmoe/dispatch.h"
 #ifdef MXMOE_WITH_CUDA
 #include "api/device_layer.h"
@@ -26,11 +27,12 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
   in.activations = options.activations.format;
   DispatchResult pick;
   MXMOE_RETURN_IF_ERROR(choose_backend(in, &pick));
-  if (pick.backend == BackendKind::kCpu) {
+  if (pick.backend == BackendKind::kCpu || pick.backend == BackendKind::kReference) {
     if (options.device >= 0)
       return Status::Unsupported(
           fmt::format("layer: no GPU backend can run on CUDA device {} ({})", options.device, pick.reason));
-    return create_cpu_layer(pick.reason, weights, options.activations, out);
+    if (pick.backend == BackendKind::kCpu) return create_cpu_layer(pick.reason, weights, out);
+    return create_reference_layer(pick.reason, weights, options.activations, out);
   }
 #ifdef MXMOE_WITH_CUDA
   return create_device_layer(pick.backend, pick.reason, options.device, weights, options.activations, out);

@@ -7,6 +7,7 @@ namespace mxmoe {
 const char* backend_name(BackendKind kind) {
   switch (kind) {
     case BackendKind::kCpu: return "cpu";
+    case BackendKind::kReference: return "reference";
     case BackendKind::kPortable: return "portable";
     case BackendKind::kSm90: return "sm90";
     case BackendKind::kSm100: return "sm100";

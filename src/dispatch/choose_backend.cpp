@@ -17,7 +17,9 @@ struct Facts {
   const char* runs_on;
 };
 const Facts kInfo[] = {
-    {BackendKind::kCpu, true, ActivationFormat::kBf16, "any CPU"},
+    {BackendKind::kCpu, true, ActivationFormat::kBf16, "any x86-64 CPU"},
+    // The reference computes either format (check() lets it through).
+    {BackendKind::kReference, true, ActivationFormat::kBf16, "any CPU"},
     {BackendKind::kPortable, true, ActivationFormat::kBf16, "SM80+"},
     {BackendKind::kSm90, true, ActivationFormat::kBf16, "SM90 (code for 90a)"},
     // The block-scaled tensor cores take MXFP8 activations x MXFP4 weights.
@@ -28,7 +30,8 @@ const Facts kInfo[] = {
 // Devices a GPU backend supports (independent of the code compiled in).
 bool supports_device(BackendKind kind, int sm) {
   switch (kind) {
-    case BackendKind::kCpu: return true;
+    case BackendKind::kCpu:
+    case BackendKind::kReference: return true;
     case BackendKind::kPortable: return sm >= 80;  // mma.sync with bf16 needs SM80
     case BackendKind::kSm90: return sm == 90;
     case BackendKind::kSm100: return sm == 100 || sm == 103;
@@ -43,7 +46,8 @@ const char* device_requirement(BackendKind kind) {
     case BackendKind::kSm90: return "an SM90 GPU";
     case BackendKind::kSm100: return "an SM100 or SM103 GPU";
     case BackendKind::kSm120: return "an SM120 or SM121 GPU";
-    case BackendKind::kCpu: break;
+    case BackendKind::kCpu:
+    case BackendKind::kReference: break;
   }
   return "nothing";
 }
@@ -81,8 +85,21 @@ bool check(BackendKind kind, const DispatchInput& in, std::string* why, std::str
     *why = fmt::format("{} is left out of this build ({})", name, not_built);
     return false;
   }
+  if (kind == BackendKind::kReference) {
+    *how = "the fp64 reference runs anywhere, on either activation format";
+    return true;
+  }
   if (kind == BackendKind::kCpu) {
-    *how = "the CPU reference runs anywhere";
+    if (in.activations != ActivationFormat::kBf16) {
+      *why = fmt::format("cpu consumes bf16 activations, not {} (the reference computes them)",
+                         activation_format_name(in.activations));
+      return false;
+    }
+    if (!in.cpu_kernels_ok) {
+      *why = "cpu: " + in.cpu_kernels;
+      return false;
+    }
+    *how = "the CPU kernels run on this CPU" + (in.cpu_kernels.empty() ? "" : ": " + in.cpu_kernels);
     return true;
   }
   if (!in.device_sm) {
@@ -110,15 +127,15 @@ bool check(BackendKind kind, const DispatchInput& in, std::string* why, std::str
   return true;
 }
 
-// Preference order for a device; cpu always last, so the list is never empty
-// and every (SM, archs) pair lands on exactly one backend.
+// Preference order for a device; cpu and reference always last (reference
+// runs anywhere, on either activation format), so every (SM, archs,
+// activations) lands on exactly one backend.
 std::vector<BackendKind> preference(const std::optional<int>& sm) {
-  if (sm && *sm == 90) return {BackendKind::kSm90, BackendKind::kPortable, BackendKind::kCpu};
-  if (sm && (*sm == 100 || *sm == 103))
-    return {BackendKind::kSm100, BackendKind::kPortable, BackendKind::kCpu};
-  if (sm && (*sm == 120 || *sm == 121))
-    return {BackendKind::kSm120, BackendKind::kPortable, BackendKind::kCpu};
-  return {BackendKind::kPortable, BackendKind::kCpu};
+  constexpr BackendKind kCpu = BackendKind::kCpu, kReference = BackendKind::kReference;
+  if (sm && *sm == 90) return {BackendKind::kSm90, BackendKind::kPortable, kCpu, kReference};
+  if (sm && (*sm == 100 || *sm == 103)) return {BackendKind::kSm100, BackendKind::kPortable, kCpu, kReference};
+  if (sm && (*sm == 120 || *sm == 121)) return {BackendKind::kSm120, BackendKind::kPortable, kCpu, kReference};
+  return {BackendKind::kPortable, kCpu, kReference};
 }
 
 }  // namespace
@@ -188,7 +205,7 @@ Status choose_backend(const DispatchInput& in, DispatchResult* out) {
     }
     skipped += why + "; ";
   }
-  return Status::Unsupported("no backend can run");  // unreachable: cpu always can
+  return Status::Unsupported("no backend can run");  // unreachable: reference always can
 }
 
 }  // namespace mxmoe

@@ -13,6 +13,7 @@ const char* layout_name(W13Layout l) {
     case W13Layout::kStackedUpGate: return "[up; gate]";
     case W13Layout::kStackedGateUp: return "[gate; up]";
     case W13Layout::kInterleavedChunkOrder: return "interleaved, chunk K order";
+    case W13Layout::kBlockedGateUp16: return "[gate; up] by 16";
   }
   return "?";
 }

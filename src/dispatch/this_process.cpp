@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "mxmoe/cpu.h"
 #include "mxmoe/device.h"
 #include "mxmoe/dispatch.h"
 
@@ -26,6 +27,10 @@ DispatchInput dispatch_input_for_device(std::string_view override_or_auto, const
   }
   in.compiled_archs = compiled_cuda_archs();
   in.left_out = compiled_backends_left_out();
+  CpuIsa isa;
+  const Status cpu = choose_cpu_isa(&isa, &in.cpu_kernels);
+  in.cpu_kernels_ok = cpu.ok();
+  if (!cpu.ok()) in.cpu_kernels = cpu.message();
   in.shape = shape;
   // An explicit request beats the environment; "auto" is no request.
   const char* env = std::getenv("MXMOE_BACKEND");

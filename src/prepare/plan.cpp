@@ -22,8 +22,20 @@ PreparePlan base_plan(BackendKind backend, const MoeShape& shape) {
   return p;
 }
 
-// cpu: the reference loops read exactly the real rows; interleaved as loaded.
-PreparePlan plan_cpu(const MoeShape& shape) { return base_plan(BackendKind::kCpu, shape); }
+// reference: its loops read exactly the real rows; interleaved as loaded.
+PreparePlan plan_reference(const MoeShape& shape) { return base_plan(BackendKind::kReference, shape); }
+
+// cpu: the SIMD kernels (src/cpu/) take a 16-row group over one 32-wide MX
+// block at a time, one vector lane a row: codes and scales in that order
+// (kCpuRowGroups16), and w13's gates and ups in alternate 16-row groups
+// (kBlockedGateUp16) so that the lanes of a gate vector and of the next up
+// vector are the same columns and the SwiGLU needs no shuffle.
+PreparePlan plan_cpu(const MoeShape& shape) {
+  PreparePlan p = base_plan(BackendKind::kCpu, shape);
+  p.w13_layout = W13Layout::kBlockedGateUp16;
+  p.swizzle = WeightSwizzle::kCpuRowGroups16;
+  return p;
+}
 
 // portable: the mma.sync kernel reads the interleaved rows so one warp's N tile
 // holds gate_j and up_j side by side and applies SwiGLU in registers; codes in
@@ -73,7 +85,10 @@ PreparePlan plan_stacked(BackendKind backend, const MoeShape& shape) {
 
 BackendAlignment backend_alignment(BackendKind kind) {
   switch (kind) {
-    case BackendKind::kCpu: return {32, 32};
+    // reference: any MX-block shape. cpu: 16-row groups over 32-wide blocks;
+    // rows are 2I and H, both multiples of 32 already.
+    case BackendKind::kCpu:
+    case BackendKind::kReference: return {32, 32};
     // portable: 64-row weight tiles (N) and 64-wide K steps (two scale blocks).
     case BackendKind::kPortable: return {64, 64};
     // sm90: K is walked in 128-wide chunks with a 64-wide tail (one MX block
@@ -94,6 +109,7 @@ BackendAlignment backend_alignment(BackendKind kind) {
 TileOverreach backend_overreach(BackendKind kind) {
   switch (kind) {
     case BackendKind::kCpu:
+    case BackendKind::kReference:
     case BackendKind::kPortable: return {0};  // loads are issued only for tiles in range
     // sm90: the producer issues exactly the K chunks of the tiles it walks and
     // one scale block per tile, all inside the tile's 128 rows; nothing is
@@ -135,6 +151,7 @@ PreparePlan make_plan(BackendKind backend, const MoeShape& shape) {
   PreparePlan p;
   switch (backend) {
     case BackendKind::kCpu: p = plan_cpu(shape); break;
+    case BackendKind::kReference: p = plan_reference(shape); break;
     case BackendKind::kPortable: p = plan_portable(shape); break;
     case BackendKind::kSm90: p = plan_sm90(shape); break;
     case BackendKind::kSm100:

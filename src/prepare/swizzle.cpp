@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
 #include "prepare/code_strides.h"
 #include "prepare/pair_bits.h"
@@ -84,12 +85,39 @@ void swizzle_scale_rows32(const uint8_t* dense, int64_t blocks, uint8_t* out) {
   }
 }
 
+// One group of 16 rows of `cols` elements, dense -> kCpuRowGroups16 (see
+// prepare.h): the low nibble of byte 64q + 4r + i of block b is element
+// 32b + 4q + i of row r, its high nibble element 32b + 16 + 4q + i.
+void swizzle_group_cpu16(const uint8_t* dense, int64_t cols, uint8_t* out) {
+  for (int64_t b = 0; b < cols / 32; ++b)
+    for (int q = 0; q < 4; ++q)
+      for (int r = 0; r < 16; ++r)
+        for (int i = 0; i < 4; ++i) {
+          const uint8_t* row = dense + r * (cols / 2);
+          const int64_t k = 32 * b + 4 * q + i;
+          out[256 * b + 64 * q + 4 * r + i] = uint8_t(e2m1_code_at(row, k) | e2m1_code_at(row, k + 16) << 4);
+        }
+}
+
+Status check_cpu_order(int64_t rows, int64_t cols) {
+  if (rows % 16 == 0 && cols % 32 == 0) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("swizzle: the cpu order needs rows % 16 == 0 and cols % 32 == 0, got {} x {}", rows, cols));
+}
+
 }  // namespace
 
 Status swizzle_scales(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, int64_t cols, uint8_t* out) {
   const int64_t blocks = cols / 32;
   if (swizzle == WeightSwizzle::kNone) {
     std::memcpy(out, dense, size_t(rows * blocks));
+    return Status::Ok();
+  }
+  if (swizzle == WeightSwizzle::kCpuRowGroups16) {
+    MXMOE_RETURN_IF_ERROR(check_cpu_order(rows, cols));
+    for (int64_t g = 0; g < rows / 16; ++g)
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int r = 0; r < 16; ++r) out[(g * blocks + b) * 16 + r] = dense[(g * 16 + r) * blocks + b];
     return Status::Ok();
   }
   if (swizzle != WeightSwizzle::kMmaRowGroups16 && swizzle != WeightSwizzle::kMmaRowTiles128)
@@ -128,6 +156,11 @@ Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, 
       }
       return Status::Ok();
     }
+    case WeightSwizzle::kCpuRowGroups16:
+      MXMOE_RETURN_IF_ERROR(check_cpu_order(rows, cols));
+      for (int64_t g = 0; g < rows / 16; ++g)
+        swizzle_group_cpu16(dense + g * 16 * row_bytes, cols, out + g * 16 * row_bytes);
+      return Status::Ok();
   }
   return Status::InvalidArgument("swizzle: unknown order");
 }

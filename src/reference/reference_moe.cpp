@@ -3,7 +3,6 @@
 // and reused for every token routed to that expert.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include <fmt/format.h>
@@ -11,6 +10,7 @@
 
 #include "mxmoe/format.h"
 #include "mxmoe/reference.h"
+#include "reference/topk.h"
 
 namespace mxmoe {
 namespace {
@@ -65,19 +65,7 @@ void route(const MoeWeightsView& w, const float* x, int64_t tokens, Routing* out
     std::vector<Acc> logits(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e)
       logits[size_t(e)] = dot(router.data() + e * H, xt.data(), H) + Acc(bf16_to_float(w.router_bias[e]));
-    std::vector<int32_t> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    // Highest logit first; equal logits go to the lower expert id.
-    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    });
-    const Acc top = logits[size_t(order[0])];
-    Acc denom = 0;
-    for (int64_t k = 0; k < K; ++k) denom += std::exp(logits[size_t(order[size_t(k)])] - top);
-    for (int64_t k = 0; k < K; ++k) {
-      out->ids[size_t(t * K + k)] = order[size_t(k)];
-      out->weights[size_t(t * K + k)] = float(std::exp(logits[size_t(order[size_t(k)])] - top) / denom);
-    }
+    select_topk(logits.data(), E, K, out->ids.data() + t * K, out->weights.data() + t * K);
   }
 }
 

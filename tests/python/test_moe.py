@@ -111,9 +111,10 @@ def test_attributes(layer, device):
 def test_info():
     table = mxmoe.info("cpu")
     names = [b["name"] for b in table["backends"]]
-    assert names == ["cpu", "portable", "sm90", "sm100", "sm120"]
-    assert table["pick"] == "cpu" and table["backends"][0]["available"]
-    assert all(b["why"] for b in table["backends"][1:])  # each GPU backend says why not
+    assert names == ["cpu", "reference", "portable", "sm90", "sm100", "sm120"]
+    assert table["pick"] == "cpu" and table["backends"][0]["available"] and table["backends"][1]["available"]
+    assert all(b["why"] for b in table["backends"][2:])  # each GPU backend says why not
+    assert " kernels (" in table["cpu_kernels"] and table["cpu_kernels"] in table["reason"]
     for b in table["backends"]:  # built, or why not, and then unavailable for that reason
         assert b["built"] == (b["why_not_built"] == ""), b
         if not b["built"]:
@@ -184,7 +185,7 @@ def mxfp8(v, rule):
 def test_mxfp8_activations_on_the_cpu(layer, rule):
     raw, t = layer
     moe = make_moe(t, "cpu", activations="mxfp8", mxfp8_scale_rule=rule)
-    assert moe.activations == "mxfp8" and moe.backend == "cpu"
+    assert moe.activations == "mxfp8" and moe.backend == "reference"  # the CPU kernels take bf16
     x = torch.randn(11, H, generator=torch.Generator().manual_seed(SEED + 3)).to(torch.bfloat16)
     y = moe(x).float().numpy()
     ref, _, _ = reference_mlp(x.double().numpy(), raw, K, quantize=lambda v: mxfp8(v, rule))
@@ -200,7 +201,7 @@ def test_mxfp8_needs_a_backend_that_computes_it(layer, device):
             make_moe(t, device, activations="mxfp8", backend="portable")
     with pytest.raises(ValueError, match="activations must be one of"):
         make_moe(t, device, activations="fp8")
-    assert mxmoe.info("cpu", activations="mxfp8")["pick"] == "cpu"
+    assert mxmoe.info("cpu", activations="mxfp8")["pick"] == "reference"
 
 
 # ---- the op -----------------------------------------------------------------

@@ -22,6 +22,7 @@ inline int64_t expected_w13_row(W13Layout l, int64_t I, int64_t j, bool is_up) {
     case W13Layout::kInterleaved: return 2 * j + (is_up ? 1 : 0);
     case W13Layout::kStackedUpGate: return is_up ? j : I + j;
     case W13Layout::kStackedGateUp: return is_up ? I + j : j;
+    case W13Layout::kBlockedGateUp16: return 32 * (j / 16) + (is_up ? 16 : 0) + j % 16;
     case W13Layout::kInterleavedChunkOrder: {
       // Column j sits at the pair position k of its chunk whose wgmma operand
       // slot reads it: slot k (k16 step s = k / 16, thread t = (k / 2) % 4,

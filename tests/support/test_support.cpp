@@ -37,6 +37,17 @@ std::vector<float> random_floats(size_t n, uint64_t seed, float sigma) {
   return v;
 }
 
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old;
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (old_) setenv(name_, old_->c_str(), 1);
+  else unsetenv(name_);
+}
+
 std::vector<float> round_to_bf16(std::vector<float> v) {
   for (auto& x : v) x = bf16_to_float(float_to_bf16(x));
   return v;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,20 @@ double l2_norm(const std::vector<float>& a);
 std::vector<float> random_floats(size_t n, uint64_t seed, float sigma = 1.0f);
 // The same values rounded to bf16 and back (what GPU backends consume).
 std::vector<float> round_to_bf16(std::vector<float> v);
+
+// Sets (value null: unsets) an environment variable for the scope, restoring
+// the old value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 // True when a CUDA device is usable; otherwise `why` says why.
 bool gpu_available(std::string* why);

@@ -1,6 +1,8 @@
 // mxmoe bench: times a backend over a token sweep on GPT-OSS shapes and reports
-// each time against the floor (bytes of the experts touched at the copy
-// bandwidth, or FLOPs at the bf16 GEMM rate).
+// each time against the floor: on a GPU the bytes of the experts touched at
+// the copy bandwidth, or FLOPs at the bf16 GEMM rate; on the CPU the same
+// bytes at the read bandwidth a stream measures in the same run
+// (bench_host.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,8 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "activation_options.h"
+#include "bench_host.h"
 #include "bench_parallel.h"
 #include "commands.h"
+#include "mxmoe/cpu.h"
 #include "mxmoe/device.h"
 #include "model_presets.h"
 #include "mxmoe/dispatch.h"
@@ -29,7 +33,7 @@ struct BenchOptions {
   std::vector<int64_t> tokens;
   bool quick = false;
   int routing_sets = 8;
-  int iterations = 0;  // 0: 200 on a GPU, 3 on the CPU
+  int iterations = 0;  // 0: 200 on a GPU; cpu: about a second's worth; reference: 3
   uint64_t seed = 1;
   double warmup_s = 0;  // replays before timing, at least (GPU): 0 times a burst, ~1 s the sustained clock
   double power_s = 0;   // GPU: seconds of replays after the timings over which the board's power is read (0: none)
@@ -60,6 +64,13 @@ std::vector<int64_t> gpu_tokens(bool quick) {
   return {1, 4, 16, 64, 256, 1024, 4096, 16384};
 }
 
+// The default sweep of a host backend: decode to a prefill chunk for the
+// CPU kernels; the reference (seconds a forward at T = 512) decode only.
+std::vector<int64_t> host_tokens(BackendKind kind, bool quick) {
+  if (quick || kind == BackendKind::kReference) return {1, 4};
+  return {1, 4, 16, 64, 512};
+}
+
 int run(const BenchOptions& o) {
   std::vector<std::pair<std::string, MoeShape>> models;
   for (const ModelPreset& m : kModelPresets)
@@ -77,7 +88,8 @@ int run(const BenchOptions& o) {
 
   std::string why;
   const auto devices = list_devices(&why);
-  const std::string device = devices.empty() ? "CPU" : devices[0].name;
+  const bool host = o.backend == "cpu" || o.backend == "reference" || devices.empty();
+  const std::string device = host ? cpu_model_name() : devices[0].name;
   nlohmann::json report = {{"date", today()}, {"device", device}, {"models", nlohmann::json::array()}};
   std::vector<PlotSeries> plot;
   const uint32_t colors[] = {0x1F77B4, 0xD62728};
@@ -101,16 +113,26 @@ int run(const BenchOptions& o) {
     if (Status s = choose_backend_for(o.backend, shape, act, &choice); !s.ok()) return fail(s);
     const BackendKind kind = choice.backend;
     const std::string& reason = choice.reason;
+    const bool host_kind = kind == BackendKind::kCpu || kind == BackendKind::kReference;
     std::vector<int64_t> tokens = o.tokens;
-    if (tokens.empty())
-      tokens = kind == BackendKind::kCpu ? std::vector<int64_t>{1, 4} : gpu_tokens(o.quick);
-    const int iterations = o.iterations > 0 ? o.iterations : (kind == BackendKind::kCpu ? 3 : 200);
+    if (tokens.empty()) tokens = host_kind ? host_tokens(kind, o.quick) : gpu_tokens(o.quick);
+    const int iterations = o.iterations > 0 ? o.iterations : (kind == BackendKind::kReference ? 3 : 200);
 
     fmt::print("{}: E={} H={} I={} top-{}; backend {}; device {}\n", name, shape.experts, shape.hidden,
-               shape.intermediate, shape.topk, reason, device);
+               shape.intermediate, shape.topk, reason, host_kind ? cpu_model_name() : device);
     const MoeWeights weights = make_random_weights(shape, o.seed);
     std::unique_ptr<Backend> backend;
     if (Status s = create_backend(kind, weights.view(), act, &backend); !s.ok()) return fail(s);
+    if (host_kind) {
+      const HostBench hb{tokens, o.routing_sets, kind == BackendKind::kReference ? iterations : o.iterations, o.seed,
+                         o.warmup_s};
+      nlohmann::json entry;
+      if (Status s = bench_host_model(name, shape, *backend, hb, colors[m % 2], &entry, &plot); !s.ok())
+        return fail(s);
+      entry["reason"] = reason;
+      report["models"].push_back(entry);
+      continue;
+    }
 
     // capped_us: the time the board's power limit allows for the floor's
     // bytes and FLOPs (roofline.h), where it exceeds floor_us the bound.
@@ -214,7 +236,7 @@ Runner add_bench(CLI::App& parent) {
       }()))->capture_default_str();
   app->add_option("--backend", o->backend, "auto, cpu, portable, sm90, sm100, sm120")->capture_default_str();
   add_activation_options(*app, o->activations);
-  app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; CPU: 1 4)")
+  app->add_option("--tokens", o->tokens, "Token counts (default 1 4 16 ... 16384; cpu: 1 4 16 64 512; reference: 1 4)")
       ->delimiter(',')
       ->check(integer_at_least(1));
   auto* shard = app->add_option("--tp-shard", o->tp_shard,
@@ -226,7 +248,8 @@ Runner add_bench(CLI::App& parent) {
   app->add_flag("--quick", o->quick, "A short smoke run: T = 1, 4 on one model");
   app->add_option("--routing-sets", o->routing_sets, "Routing sets rotated so weights do not stay in L2")
       ->capture_default_str()->check(integer_at_least(1));
-  app->add_option("--iterations", o->iterations, "Timed forwards per T (default or 0: 200 GPU, 3 CPU)")
+  app->add_option("--iterations", o->iterations,
+                  "Timed forwards per T (default or 0: 200 GPU; cpu about a second's worth, 5 to 200; reference 3)")
       ->check(integer_at_least(0));
   app->add_option("--seed", o->seed, "Seed for weights, inputs and routing")->capture_default_str();
   auto* warmup = app->add_option("--warmup-s", o->warmup_s,

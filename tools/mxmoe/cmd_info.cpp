@@ -12,6 +12,7 @@
 #include "cuda/sm90/heuristics.h"
 #include "model_presets.h"
 #include "mxmoe/checkpoint.h"
+#include "mxmoe/cpu.h"
 #include "mxmoe/device.h"
 #include "mxmoe/dispatch.h"
 #include "mxmoe/prepare.h"
@@ -57,6 +58,7 @@ int run(const InfoOptions& o) {
   for (const auto& d : devices)
     fmt::print("device {}: {}, SM{}, {} SMs, {:.1f} GiB, L2 {:.0f} MiB\n", d.index, d.name, d.sm,
                d.multiprocessors, double(d.memory_bytes) / (1 << 30), double(d.l2_bytes) / (1 << 20));
+  fmt::print("{}\n", describe_cpu());
   fmt::print("\n{}", describe_backends(dispatch_input_for_this_process("auto", shape)));
   fmt::print("\npreparation for the {} (E={} H={} I={} top-{}):\n{}", shape_source, shape.experts, shape.hidden,
              shape.intermediate, shape.topk, describe_preparation(shape));

@@ -94,7 +94,7 @@ int run(const RunOptions& o) {
     // GPU backends consume bf16 activations: give the reference the same x
     // (and, for MXFP8, the same activation format).
     Comparison c;
-    if (Status s = compare_with_reference(w.view, x.data, T, kind != BackendKind::kCpu, act, y, &c); !s.ok())
+    if (Status s = compare_with_reference(w.view, x.data, T, kind != BackendKind::kReference, act, y, &c); !s.ok())
       return fail(s);
     print_comparison("check: rel L2 vs fp64 reference", c);
     if (!c.ok()) return 1;

@@ -1,0 +1,42 @@
+// The cpu backend's kernel paths, one per instruction set, chosen at run time
+// by the CPU's features (best first):
+//   avx512_vnni  AVX-512 F + BW + VNNI: u8 x s8 dot products (vpdpbusd)
+//   avx512       AVX-512 F + BW: the same sums by vpmaddubsw + vpmaddwd
+//   avx2         AVX2 + FMA: as avx512 on 256-bit vectors
+//   scalar       plain C++: any CPU
+// Every path computes the same integer block sums and the same float
+// operations in the same order, so all give the same bits (tests/cpu_test.cpp).
+// MXMOE_CPU_ISA=<name> forces a path, e.g. a lower one to test it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "mxmoe/status.h"
+
+namespace mxmoe {
+
+enum class CpuIsa { kAvx512Vnni, kAvx512, kAvx2, kScalar };
+inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::kAvx512Vnni, CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kScalar};
+
+const char* cpu_isa_name(CpuIsa isa);                  // "avx512_vnni", "avx512", "avx2", "scalar"
+std::optional<CpuIsa> parse_cpu_isa(std::string_view name);
+const char* cpu_isa_features(CpuIsa isa);              // "AVX-512 F, BW and VNNI", ...
+// Whether this CPU (and the OS, which must save the vector registers) has
+// the path's features.
+bool cpu_isa_supported(CpuIsa isa);
+
+// The path the cpu backend runs: MXMOE_CPU_ISA's when set (InvalidArgument
+// for an unknown name, Unsupported where this CPU lacks its features), else
+// the best this CPU supports. `why` says which and why, in one phrase.
+Status choose_cpu_isa(CpuIsa* out, std::string* why);
+
+// This CPU's model name (/proc/cpuinfo), e.g. "AMD EPYC 9454"; "unknown CPU"
+// where it cannot be read.
+std::string cpu_model_name();
+// One line for `mxmoe info`: the model, the threads a forward uses
+// (OpenMP's), each path with yes or no, and the one the cpu backend runs.
+std::string describe_cpu();
+
+}  // namespace mxmoe
