@@ -14,6 +14,7 @@
 #include "cuda/common/grouping_heuristics.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/router_heuristics.h"
+#include "cuda/common/smxx_routing.cuh"
 
 namespace mxmoe::smxx {
 namespace {
@@ -299,11 +300,6 @@ __host__ __device__ constexpr size_t group_smem_bytes(int E, int threads) {
   return size_t(3 + threads / 32) * size_t(E) * sizeof(int);
 }
 
-// A caller's routing entry made harmless (launch_check_routing's rule): an
-// id outside [0, E) counts as expert 0, and its pair's weight as NaN.
-__device__ __forceinline__ bool routed_in_range(int id, int E) { return unsigned(id) < unsigned(E); }
-__device__ __forceinline__ int routed_expert(int id, int E) { return routed_in_range(id, E) ? id : 0; }
-
 // The routing weights of pairs [begin, end) as the GEMMs read them, where
 // the caller's are given (weights_in non-null): NaN for a pair whose id is
 // outside [0, E). The router's need no copy.
@@ -311,7 +307,7 @@ __device__ __forceinline__ void check_weights(const int32_t* __restrict__ ids, c
                                               int begin, int end, int E, float* __restrict__ weights_out) {
   if (weights_in == nullptr) return;
   for (int i = begin + threadIdx.x; i < end; i += blockDim.x)
-    weights_out[i] = routed_in_range(ids[i], E) ? weights_in[i] : __int_as_float(0x7fc00000);
+    weights_out[i] = routed_weight(ids[i], weights_in[i], E);
 }
 
 // Walks this warp's span of pairs [begin, end): visit(e, peers, pair) on every
@@ -561,10 +557,8 @@ __global__ void smxx_check_routing(const int32_t* __restrict__ ids, const float*
   allow_next_kernel();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= pairs) return;
-  const int32_t id = ids[i];
-  const bool in_range = id >= 0 && id < E;
-  ids_out[i] = in_range ? id : 0;
-  weights_out[i] = in_range ? weights[i] : __int_as_float(0x7fc00000);
+  ids_out[i] = routed_expert(ids[i], E);
+  weights_out[i] = routed_weight(ids[i], weights[i], E);
 }
 
 }  // namespace

@@ -40,16 +40,14 @@ sm80_mxfp4_down_combine(const GemmParams p, Out* __restrict__ y) {
   // caller's, or the router's or the grouping's two launches back or more):
   // read before this kernel's wait.
   const int pair = tok * k + (active ? slot : 0);
-  const int id = p.pair_ids[pair];
-  const int e = detail::routed_expert(id, p.experts);
+  const int e = detail::routed_expert(p.pair_ids[pair], p.experts);
   const detail::DecodeRows rows = detail::decode_rows(p, e, nb, lane);
   const int nfull = p.k / 128;
   uint32_t q[2][kSubtiles][2][4], s[2];
   if (active && part < nfull) rows.load(part, q[0], s[0]);
   if (active && part == 0) {
     slot_bias[slot][lane] = __bfloat162float(__ushort_as_bfloat16(p.bias[e * p.bias_expert_stride + nb + lane]));
-    if (lane == 0)
-      slot_weight[slot] = detail::routed_in_range(id, p.experts) ? p.route_w[pair] : __int_as_float(0x7fc00000);
+    if (lane == 0) slot_weight[slot] = detail::routed_weight(p, pair);
   }
   // Token column 0 is the pair's activation row (lanes of group 0 load the B
   // fragment's column 0); the other columns read as zeros.

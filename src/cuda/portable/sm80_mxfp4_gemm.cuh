@@ -35,6 +35,7 @@
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smxx_mxfp4_dequant.cuh"
+#include "cuda/common/smxx_routing.cuh"
 #include "mxmoe/moe.h"
 
 namespace mxmoe::portable {
@@ -75,9 +76,8 @@ struct GemmParams {
   // as its token columns, otherwise an earlier tile has taken it and the tile
   // is empty.
   // Pair q's rows are row q of act_out / act_in (GEMM2) / y_out. The schedule
-  // above is not read. The ids may be a caller's as given: an id outside [0,
-  // experts) is read as expert 0 with weight NaN (routed_expert,
-  // routed_weight), as launch_check_routing would have made it.
+  // above is not read. The ids may be a caller's as given (smxx_routing.cuh:
+  // an id outside [0, experts) is expert 0 with weight NaN).
   const int32_t* pair_ids;
   int experts;
   // Decode (8-token tiles; decode_tile_waits): non-null, a count per token
@@ -267,19 +267,13 @@ struct EpilogueInputs {
   float w[2];     // GEMM2: the pairs' routing weights
 };
 
-// A routing entry's expert, or 0 for an id outside [0, experts), whose pair
-// then weighs NaN (routed_weight): its token's row of y is NaN and no read
-// leaves the weights. The GEMMs that read a caller's ids as given apply it
-// where launch_check_routing would have.
-__device__ __forceinline__ bool routed_in_range(int id, int experts) { return unsigned(id) < unsigned(experts); }
-__device__ __forceinline__ int routed_expert(int id, int experts) { return routed_in_range(id, experts) ? id : 0; }
+using smxx::routed_expert;
 
-// The routing weight of `pair` (GEMM2's epilogue): per-pair tiles read the
-// ids as given, so a pair whose id is outside [0, E) weighs NaN there; the
+// The routing weight of `pair` (GEMM2's epilogue): where the ids are read as
+// given (pair_ids), a pair whose id is outside [0, E) weighs NaN; the
 // grouping kernel has made the expert-grouped paths' weights so already.
 __device__ __forceinline__ float routed_weight(const GemmParams& p, int pair) {
-  if (p.pair_ids != nullptr && !routed_in_range(p.pair_ids[pair], p.experts)) return __int_as_float(0x7fc00000);
-  return p.route_w[pair];
+  return p.pair_ids != nullptr ? smxx::routed_weight(p.pair_ids[pair], p.route_w[pair], p.experts) : p.route_w[pair];
 }
 
 // Per-pair decode: the tile of pair `ti` among n <= 32 pairs (its expert, and

@@ -54,9 +54,10 @@ struct Config {
   int stages_gemm2 = 0;
   bool per_pair = false;  // decode path: per-pair tiles, no grouping (portable::per_pair_decode)
   bool tile_waits = false;  // decode path: GEMM2 waits per tile (portable::decode_tile_waits)
-  // decode path, 8-token tiles: warps of the GEMM2 + combine block, 0 for apart (portable::down_combine_warps)
-  int down_combine_warps = 0;
-  portable::Overrides decode;  // decode path: the overrides passed on (Overrides::decode)
+  // decode path: what portable::moe_forward runs, decided here: the GEMM2 +
+  // combine block's warps (portable::down_combine_warps), or kDownCombineSplit
+  // for the two apart; the rest as Overrides::decode gave it.
+  portable::Overrides decode;
   // GEMM1 writes each item's outputs into shared memory and stores them with
   // one bulk copy (sm90_layout.h, output_half_bytes): stages_output.
   bool staged_output = false;
@@ -188,17 +189,18 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
   const int portable_tile = portable::token_tile(tokens, topk, experts);
   const bool decode = decode_path(tokens * topk, portable_tile);
   c.per_pair = portable::per_pair_decode(tokens, topk, portable_tile);
-  c.down_combine_warps =
-      portable_tile == 8 ? portable::down_combine_warps(tokens, topk, experts, intermediate_padded, o.decode.down_combine_warps)
-                         : 0;
-  c.tile_waits = portable::decode_tile_waits(tokens, c.per_pair, c.down_combine_warps > 0);
+  const int fused = portable_tile == 8 ? portable::down_combine_warps(tokens, topk, experts, intermediate_padded,
+                                                                      o.decode.down_combine_warps)
+                                       : 0;
+  c.decode.down_combine_warps = fused > 0 ? fused : portable::kDownCombineSplit;
+  c.tile_waits = portable::decode_tile_waits(tokens, c.per_pair, fused > 0);
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
   if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
   c.path = Path::kWgmma;
   c.per_pair = false;
-  c.down_combine_warps = 0;
+  c.decode = {};
   c.tile_waits = false;
   c.token_tile = bn;
   const int s1_staged = pipeline_stages(bn, hidden_padded, true);
@@ -214,9 +216,9 @@ inline std::string describe(const Config& c) {
   if (c.path == Path::kPortableDecode)
     return c.per_pair ? std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription +
                             (c.tile_waits ? portable::kTileWaitDescription : "") +
-                            portable::describe_down_combine(c.down_combine_warps)
+                            portable::describe_down_combine(c.decode.down_combine_warps)
                       : "portable decode kernels (mma.sync GEMV) on expert-grouped tiles" +
-                            portable::describe_down_combine(c.down_combine_warps);
+                            portable::describe_down_combine(c.decode.down_combine_warps);
   const int blocks = blocks_per_sm(c.token_tile);
   return "wgmma: " + std::to_string(c.token_tile) + "-token tiles, " + std::to_string(c.stages_gemm1) + " / " +
          std::to_string(c.stages_gemm2) + " stages (GEMM1 / GEMM2), " + std::to_string(blocks) +

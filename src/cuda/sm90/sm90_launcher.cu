@@ -212,11 +212,8 @@ Status init_kernels() { return cuda_status(init_sm90_mxfp4_gemm(), "shared-memor
 
 Status moe_forward(const DeviceWeights& dw, const Config& cfg, const ForwardArgs& a, void* workspace,
                    size_t workspace_size, cudaStream_t stream) {
-  if (cfg.path == Path::kPortableDecode) {
-    portable::Overrides decode = cfg.decode;
-    decode.down_combine_warps = cfg.down_combine_warps > 0 ? cfg.down_combine_warps : portable::kDownCombineSplit;
-    return portable::moe_forward(dw.base, a, workspace, workspace_size, stream, decode);
-  }
+  if (cfg.path == Path::kPortableDecode)
+    return portable::moe_forward(dw.base, a, workspace, workspace_size, stream, cfg.decode);
   MXMOE_RETURN_IF_ERROR(check_args(dw, cfg, a));
   const portable::DeviceWeights& w = dw.base;
   const MoeShape& s = w.shape;
