@@ -78,6 +78,10 @@ void run_case(const MoeLayer& layer, const MoeWeights& w, const Case& c, uint64_
   ASSERT_EQ(cudaMemcpy(ids.p, r.ids.data(), r.ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(rw.p, r.weights.data(), r.weights.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(yd.p, 0xFF, ybytes), cudaSuccess);  // NaN wherever the forward writes nothing
+  // The copies and the memset above are on the legacy stream (a pageable
+  // copy may return before its DMA lands, the memset is asynchronous), which
+  // a non-blocking stream does not wait for.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   LayerForwardArgs a{.x = xd.as<uint16_t>(), .x_row_stride = c.stride_pad ? stride : 0, .tokens = T,
@@ -202,6 +206,7 @@ TEST(LayerGpu, ForwardCapturesInAGraph) {
       for (size_t i = 0; i < x.size(); ++i) xb[i] = float_to_bf16(x[i]);
       Dev xd(xb.size() * 2), y_eager(xb.size() * 2), y_graph(xb.size() * 2), ws(layer->workspace_bytes(T));
       ASSERT_EQ(cudaMemcpy(xd.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream's copy, before the non-blocking stream
       cudaStream_t stream = nullptr;
       ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
       LayerForwardArgs a{.x = xd.as<uint16_t>(), .tokens = T, .y = y_eager.p};

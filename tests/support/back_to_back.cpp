@@ -42,6 +42,9 @@ void expect_back_to_back_forwards(const smxx::DeviceForward& fwd, const MoeWeigh
   }
   const size_t wsb = fwd.workspace_bytes(tokens);
   ASSERT_TRUE(ws.reserve(wsb).ok());
+  // The uploads are on the legacy stream (a pageable copy may return before
+  // its DMA lands), which a non-blocking stream does not wait for.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   auto enqueue_both = [&] {
