@@ -112,6 +112,21 @@ def time_ms(fn, warmup, iters):
     return statistics.median(times), times
 
 
+def host_us(fn, warmup, iters):
+    """Median host time of one eager fn() in microseconds: the wall time of the call, which enqueues
+    the GPU work without waiting for it (the GPU is waited for between calls, outside the timing)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def measure(model, ids, args):
     """Logits of ids, their MoE inputs, and the timings of prefill, decode and the MoE blocks."""
     rec = MoeInputs(model)
@@ -130,8 +145,10 @@ def measure(model, ids, args):
         x_dec = x_pre[:, :1].clone()
         block_pre_ms, _ = time_ms(lambda: mlp(x_pre), args.warmup, args.iters)
         block_dec_ms, _ = time_ms(lambda: mlp(x_dec), args.warmup, args.decode_iters)
+        block_dec_host_us = host_us(lambda: mlp(x_dec), args.warmup, max(args.decode_iters, 200))
     out.update(prefill_ms=prefill_ms, decode_ms=decode_ms, block_prefill_ms=block_pre_ms,
-               block_decode_ms=block_dec_ms, prefill_all_ms=prefill_all, decode_all_ms=decode_all)
+               block_decode_ms=block_dec_ms, block_decode_host_us=block_dec_host_us, prefill_all_ms=prefill_all,
+               decode_all_ms=decode_all)
     return out
 
 
@@ -281,6 +298,7 @@ def main():
             "prefill_ms": r["prefill_ms"], "prefill_tok_s": args.prefill / (r["prefill_ms"] * 1e-3),
             "decode_ms": r["decode_ms"], "decode_tok_s": 1 / (r["decode_ms"] * 1e-3),
             "moe_block_prefill_ms": r["block_prefill_ms"], "moe_block_decode_ms": r["block_decode_ms"],
+            "moe_block_decode_host_us": r["block_decode_host_us"],
             "prefill_all_ms": r["prefill_all_ms"], "decode_all_ms": r["decode_all_ms"],
         }
 
@@ -314,6 +332,8 @@ def main():
         print(f"| {label} | {r['prefill_ms']:.2f} | {r['prefill_tok_s']:.0f} | {r['decode_ms']:.3f} | "
               f"{r['decode_tok_s']:.0f} | {r['moe_block_prefill_ms']:.3f} | {r['moe_block_decode_ms']:.3f} |")
     t, m = result["transformers"], result["mxmoe"]
+    print(f"MoE block, 1 token, eager host time per call (GPU not waited for): transformers "
+          f"{t['moe_block_decode_host_us']:.1f} us, mxmoe {m['moe_block_decode_host_us']:.1f} us")
     print(f"mxmoe / transformers: prefill {m['prefill_tok_s'] / t['prefill_tok_s']:.2f}x tok/s, decode "
           f"{m['decode_tok_s'] / t['decode_tok_s']:.2f}x tok/s; MoE block {t['moe_block_prefill_ms'] / m['moe_block_prefill_ms']:.2f}x "
           f"(prefill), {t['moe_block_decode_ms'] / m['moe_block_decode_ms']:.2f}x (decode) faster")

@@ -54,7 +54,8 @@ void check_routing_tensor(const char* name, const Tensor& t, ScalarType dtype, i
 }  // namespace
 
 void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights,
-             int64_t layer, Tensor& out, const std::optional<Tensor>& workspace, CUstream_st* stream) {
+             int64_t layer, Tensor& out, const std::optional<Tensor>& workspace, CUstream_st* stream,
+             WorkspaceSource source) {
   const auto l = find_layer(layer);
   check(l != nullptr, "mxmoe.forward: layer ", layer, " does not exist (released, or never created)");
   const MoeShape& s = l->shape();
@@ -63,13 +64,26 @@ void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::
                   where(l->device()));
   check(x.scalar_type() == ScalarType::BFloat16, "mxmoe.forward: x must be bfloat16, got ",
                   dtype_name(x.scalar_type()));
-  check(x.dim() == 2 && x.size(1) == s.hidden, "mxmoe.forward: x must be [T, ", s.hidden, "]");
-  check(x.stride(1) == 1, "mxmoe.forward: x's rows must be contiguous (stride 1 along H)");
-  const int64_t T = x.size(0);
+  const int64_t dims = x.dim();
+  check(dims >= 1 && x.size(dims - 1) == s.hidden, "mxmoe.forward: x must be [..., ", s.hidden, "]");
+  check(x.stride(dims - 1) == 1, "mxmoe.forward: x's rows must be contiguous (stride 1 along H)");
+  // The leading axes are the tokens: those longer than 1 must flatten to one
+  // row stride (a view, as x.reshape(-1, H) would give without a copy).
+  int64_t T = 1, x_row_stride = s.hidden;
+  for (int64_t d = dims - 2, inner = -1; d >= 0; --d) {
+    T *= x.size(d);
+    if (x.size(d) <= 1) continue;
+    if (inner < 0) x_row_stride = x.stride(d);
+    else
+      check(x.stride(d) == x.stride(inner) * x.size(inner),
+            "mxmoe.forward: x's leading axes must flatten to one row stride (x.reshape(-1, H) would copy)");
+    inner = d;
+  }
   check(out.scalar_type() == ScalarType::BFloat16 || out.scalar_type() == ScalarType::Float,
                   "mxmoe.forward: out must be bfloat16 or float32, got ", dtype_name(out.scalar_type()));
-  check(out.dim() == 2 && out.size(0) == T && out.size(1) == s.hidden, "mxmoe.forward: out must be [",
-                  T, ", ", s.hidden, "]");
+  bool out_shape = out.dim() == dims;
+  for (int64_t d = 0; out_shape && d < dims; ++d) out_shape = out.size(d) == x.size(d);
+  check(out_shape, "mxmoe.forward: out must have x's shape (", T, " tokens of ", s.hidden, ")");
   check(out.is_contiguous(), "mxmoe.forward: out must be contiguous");
   check(device_of(out) == device, "mxmoe.forward: out is on ", where(device_of(out)), ", x on ",
                   where(device));
@@ -81,6 +95,8 @@ void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::
   }
   if (T == 0) return;
   Tensor ws;  // its size is the layer's check
+  void* ws_ptr = nullptr;
+  size_t ws_size = 0;
   if (workspace) {
     ws = *workspace;
     check(ws.scalar_type() == ScalarType::Byte && ws.is_contiguous(),
@@ -88,13 +104,21 @@ void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::
     check(device_of(ws) == device, "mxmoe.forward: workspace is on ", where(device_of(ws)), ", x on ",
                     where(device));
   } else {
-    const int64_t size[1] = {int64_t(l->forward_workspace_bytes(T))};
-    ws = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(size, 1), ScalarType::Byte, std::nullopt,
-                              x.device());
+    ws_size = l->forward_workspace_bytes(T);
+    if (source) ws_ptr = source(x, stream, ws_size);
+    if (!ws_ptr) {
+      const int64_t size[1] = {int64_t(ws_size)};
+      ws = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(size, 1), ScalarType::Byte, std::nullopt,
+                                x.device());
+    }
+  }
+  if (!ws_ptr) {
+    ws_ptr = ws.mutable_data_ptr();
+    ws_size = size_t(ws.numel());
   }
   LayerForwardArgs a;
   a.x = static_cast<const uint16_t*>(x.const_data_ptr());
-  a.x_row_stride = x.stride(0);
+  a.x_row_stride = x_row_stride;
   a.tokens = T;
   if (topk_ids) {
     a.topk_ids = static_cast<const int32_t*>(topk_ids->const_data_ptr());
@@ -107,7 +131,7 @@ void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::
       if (a.topk_ids[i] < 0 || a.topk_ids[i] >= s.experts)
         throw std::out_of_range(cat("mxmoe.forward: topk_ids[", i / s.topk, ", ", i % s.topk, "] = ", a.topk_ids[i],
                                     " is not an expert id in [0, ", s.experts, ")"));
-  const Status st = l->forward(a, ws.mutable_data_ptr(), size_t(ws.numel()), stream);
+  const Status st = l->forward(a, ws_ptr, ws_size, stream);
   // std::invalid_argument reaches Python as ValueError, runtime_error as RuntimeError.
   if (st.code() == StatusCode::kInvalidArgument) throw std::invalid_argument("mxmoe.forward: " + st.message());
   if (!st.ok()) throw std::runtime_error("mxmoe.forward: " + st.message());
@@ -117,7 +141,7 @@ namespace {
 
 void forward_cpu(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights,
                  int64_t layer, Tensor& out, const std::optional<Tensor>& workspace) {
-  forward(x, topk_ids, topk_weights, layer, out, workspace, nullptr);
+  forward(x, topk_ids, topk_weights, layer, out, workspace, nullptr, nullptr);
 }
 
 }  // namespace

@@ -157,45 +157,57 @@ class MoE(nn.Module):
         NaN (the check runs on the device, without a synchronisation); on the
         CPU it raises IndexError.
         """
+        # Each Python-level tensor call costs 1-3 us of host time (H200 host, 2026-12-02), half a
+        # kernel launch: a bf16 x with contiguous rows and the router takes torch.empty and the op.
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"mxmoe: x must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype not in _FLOATS:
-            raise TypeError(f"mxmoe: x must be bfloat16, float16 or float32, got {x.dtype}")
-        if x.dim() < 1 or x.shape[-1] != self.hidden_size:
-            raise ValueError(f"mxmoe: x must be [..., {self.hidden_size}], got {list(x.shape)}")
+        dtype, shape = x.dtype, x.shape
+        if dtype not in _FLOATS:
+            raise TypeError(f"mxmoe: x must be bfloat16, float16 or float32, got {dtype}")
+        if not shape or shape[-1] != self.hidden_size:
+            raise ValueError(f"mxmoe: x must be [..., {self.hidden_size}], got {list(shape)}")
         if x.device != self.device:
             raise ValueError(f"mxmoe: x is on {x.device}, the layer on {self.device}")
+        ids = weights = None
+        if topk_ids is not None or topk_weights is not None:
+            ids, weights = self._routing(shape[:-1], topk_ids, topk_weights)
+        elif not self.has_router:
+            raise ValueError("mxmoe: this layer has no router: pass topk_ids and topk_weights")
+        x2 = x if dtype == torch.bfloat16 else x.to(torch.bfloat16)
+        # The op takes x [..., H] whose leading axes flatten to one row stride; the kernels read
+        # rows 16 bytes at a time: a contiguous last axis, rows 8 elements apart, and (eagerly;
+        # compiled graphs allocate aligned) the first row 16-byte aligned.
+        if not x2.is_contiguous():
+            x2 = x2.reshape(-1, self.hidden_size)  # a view where the leading axes flatten
+            if x2.stride(1) != 1 or x2.stride(0) % 8 != 0:
+                x2 = x2.contiguous()
+        if not torch.compiler.is_compiling() and x2.storage_offset() % 8 != 0:
+            x2 = x2.clone(memory_format=torch.contiguous_format)
+        out_dtype = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
+        out = torch.empty(x2.shape, dtype=out_dtype, device=self.device)
+        torch.ops.mxmoe.forward(x2, ids, weights, self._layer, out)
+        if out_dtype != dtype:
+            out = out.to(dtype)
+        return out if out.dim() == len(shape) else out.reshape(shape)
+
+    def _routing(self, lead, topk_ids, topk_weights):
+        """The caller's routing as the op takes it: int32 and float32 [T, k], contiguous."""
         if (topk_ids is None) != (topk_weights is None):
             raise ValueError("mxmoe: give topk_ids and topk_weights together, or neither")
-        if topk_ids is None and not self.has_router:
-            raise ValueError("mxmoe: this layer has no router: pass topk_ids and topk_weights")
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.hidden_size).to(torch.bfloat16)
-        # The kernels read rows 16 bytes at a time: a contiguous last axis, rows 8 elements apart,
-        # and (eagerly; compiled graphs allocate aligned) the first row 16-byte aligned.
-        if x2.stride(-1) != 1 or x2.stride(0) % 8 != 0 or (
-                not torch.compiler.is_compiling() and x2.storage_offset() % 8 != 0):
-            x2 = x2.clone(memory_format=torch.contiguous_format)
-        ids = weights = None
-        if topk_ids is not None:
-            routing_shape = (*lead, self.top_k)
-            for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
-                if not isinstance(t, torch.Tensor):
-                    raise TypeError(f"mxmoe: {name} must be a torch.Tensor, got {type(t).__name__}")
-                if tuple(t.shape) != routing_shape:
-                    raise ValueError(f"mxmoe: {name} must have shape {list(routing_shape)}, got {list(t.shape)}")
-                if t.device != self.device:
-                    raise ValueError(f"mxmoe: {name} is on {t.device}, the layer on {self.device}")
-            if topk_ids.dtype not in (torch.int32, torch.int64):
-                raise TypeError(f"mxmoe: topk_ids must be int32 or int64, got {topk_ids.dtype}")
-            if not topk_weights.is_floating_point():
-                raise TypeError(f"mxmoe: topk_weights must be floating point, got {topk_weights.dtype}")
-            ids = topk_ids.reshape(-1, self.top_k).to(torch.int32).contiguous()
-            weights = topk_weights.reshape(-1, self.top_k).to(torch.float32).contiguous()
-        out = torch.empty(x2.shape, dtype=torch.bfloat16 if x.dtype == torch.bfloat16 else torch.float32,
-                          device=x.device)
-        torch.ops.mxmoe.forward(x2, ids, weights, self._layer, out)
-        return out.to(x.dtype).reshape(x.shape)
+        routing_shape = (*lead, self.top_k)
+        for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"mxmoe: {name} must be a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != routing_shape:
+                raise ValueError(f"mxmoe: {name} must have shape {list(routing_shape)}, got {list(t.shape)}")
+            if t.device != self.device:
+                raise ValueError(f"mxmoe: {name} is on {t.device}, the layer on {self.device}")
+        if topk_ids.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"mxmoe: topk_ids must be int32 or int64, got {topk_ids.dtype}")
+        if not topk_weights.is_floating_point():
+            raise TypeError(f"mxmoe: topk_weights must be floating point, got {topk_weights.dtype}")
+        return (topk_ids.reshape(-1, self.top_k).to(torch.int32).contiguous(),
+                topk_weights.reshape(-1, self.top_k).to(torch.float32).contiguous())
 
     def extra_repr(self):
         return (f"experts={self.num_experts}, hidden={self.hidden_size}, intermediate={self.intermediate_size}, "

@@ -1,12 +1,14 @@
 """The torch ops (``torch.ops.mxmoe``) with their fake kernels.
 
 ``forward(x, topk_ids, topk_weights, layer, out, workspace=None)`` writes
-``out`` (bf16 or fp32 [T, H]) = the layer's MoE of ``x`` (bf16 [T, H], rows
-contiguous) on the current stream of x's device; ``topk_ids`` (int32) and
+``out`` (bf16 or fp32, contiguous, x's shape) = the layer's MoE of ``x``
+(bf16 [..., H], rows contiguous, its T tokens' leading axes flattening to one
+row stride) on the current stream of x's device; ``topk_ids`` (int32) and
 ``topk_weights`` (fp32) [T, k] are the caller's routing, or both None to run
 the layer's router. ``workspace`` (uint8) is the caller's scratch; None takes
-it from torch's allocator. Nothing synchronises, so the op records into
-CUDA graphs.
+it from torch's allocator (on CUDA, outside a capture and up to 32 MiB, a
+buffer kept per stream). Nothing synchronises, so the op records into CUDA
+graphs.
 """
 import torch
 

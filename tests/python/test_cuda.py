@@ -60,6 +60,33 @@ def test_side_stream(moe):
     torch.testing.assert_close(y, ref, rtol=0, atol=0)
 
 
+def test_eager_calls_without_a_workspace(moe):
+    """Eager calls that pass no workspace share one kept per stream: on two streams, with T growing
+    past the kept buffer and back, every call gives the bits of a call with its own workspace."""
+    g = torch.Generator().manual_seed(SEED + 11)
+    xs = {T: torch.randn(T, H, generator=g).to(torch.bfloat16).cuda() for T in (1, 5, 900, 2)}
+    want = {}
+    for T, x in xs.items():
+        want[T] = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
+        ws = torch.empty(moe.workspace_bytes(T), dtype=torch.uint8, device="cuda")
+        torch.ops.mxmoe.forward(x, None, None, moe._layer, want[T], ws)
+        assert float(want[T].float().norm()) > 0
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    got = []
+    for stream in (torch.cuda.current_stream(), side, torch.cuda.current_stream()):
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                for T, x in xs.items():
+                    out = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
+                    torch.ops.mxmoe.forward(x, None, None, moe._layer, out)
+                    got.append((T, out))
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    for T, out in got:
+        torch.testing.assert_close(out, want[T], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("tokens", [1, 64, 700])
 def test_graph_capture_and_replay(moe, tokens):
     g = torch.Generator().manual_seed(SEED + tokens)

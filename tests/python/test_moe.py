@@ -238,6 +238,35 @@ def test_op_writes_out_only(layer, device):
     assert torch.equal(x, x0) and torch.equal(ids, ids0) and torch.equal(w, w0)
 
 
+def test_op_takes_leading_axes(layer, device):
+    """x [B, S, H] (and strided rows) as the op takes them: the tokens of x.reshape(-1, H), out of
+    x's shape; leading axes that do not flatten to one row stride, and an out of another shape,
+    are refused by name."""
+    _, t = layer
+    moe = make_moe(t, device)
+    g = torch.Generator().manual_seed(SEED + 7)
+    wide = torch.randn(2, 3, H + 16, generator=g).to(torch.bfloat16).to(device)
+    x = wide[..., :H]  # rows H + 16 apart
+    flat = torch.empty(6, H, dtype=torch.bfloat16, device=device)
+    torch.ops.mxmoe.forward(x.reshape(6, H).contiguous(), None, None, moe._layer, flat)
+    out = torch.empty(2, 3, H, dtype=torch.bfloat16, device=device)
+    torch.ops.mxmoe.forward(x, None, None, moe._layer, out)
+    assert float(flat.float().norm()) > 0
+    torch.testing.assert_close(out.reshape(6, H), flat, rtol=0, atol=0)
+    one = torch.empty(H, dtype=torch.bfloat16, device=device)  # [H]: one token
+    torch.ops.mxmoe.forward(x[1, 2].contiguous(), None, None, moe._layer, one)
+    torch.testing.assert_close(one, flat[5], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="leading axes must flatten to one row stride"):
+        torch.ops.mxmoe.forward(x.transpose(0, 1), None, None, moe._layer, out.transpose(0, 1).contiguous())
+    with pytest.raises(ValueError, match="out must have x's shape"):
+        torch.ops.mxmoe.forward(x, None, None, moe._layer, flat)
+    with pytest.raises(ValueError, match=rf"x must be \[\.\.\., {H}\]"):
+        torch.ops.mxmoe.forward(x[..., :64], None, None, moe._layer, out[..., :64].contiguous())
+    # MoE.forward copies what the op cannot take: the same bits.
+    torch.testing.assert_close(moe(x.transpose(0, 1)), out.transpose(0, 1), rtol=0, atol=0)
+    torch.testing.assert_close(moe(x), out, rtol=0, atol=0)
+
+
 class Block(torch.nn.Module):
     """A residual block around the MoE, as a decoder layer calls it."""
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cuda/common/device_backend.h"
+#include "cuda/common/eager_graphs.h"
 #include "cuda/portable/portable_backend.h"
 #ifdef MXMOE_WITH_BLOCKSCALED
 #include "cuda/blockscaled/blockscaled_backend.h"
@@ -44,11 +45,14 @@ class DeviceLayer final : public MoeLayer {
  public:
   DeviceLayer(BackendKind kind, std::string reason, int device, const MoeShape& shape, bool has_router,
               std::unique_ptr<smxx::DeviceForward> forward)
-      : MoeLayer(kind, std::move(reason), device, shape, has_router), forward_(std::move(forward)) {}
+      : MoeLayer(kind, std::move(reason), device, shape, has_router),
+        forward_(std::move(forward)),
+        graphs_(records_launches(kind) ? std::make_unique<smxx::EagerGraphs>() : nullptr) {}
 
   ~DeviceLayer() override {
-    DeviceGuard guard;  // the weights are freed on their device
+    DeviceGuard guard;  // the weights and graphs are freed on their device
     (void)guard.enter(device(), who());
+    graphs_.reset();
     forward_.reset();
   }
 
@@ -78,11 +82,24 @@ class DeviceLayer final : public MoeLayer {
     f.topk_weights = a.topk_weights;
     if (a.y_dtype == OutputDtype::kFp32) f.y = static_cast<float*>(a.y);
     else f.y_bf16 = static_cast<uint16_t*>(a.y);
-    return forward_->forward(f, workspace, workspace_size, stream);
+    if (!graphs_) return forward_->forward(f, workspace, workspace_size, stream);
+    smxx::LaunchList launches;
+    {
+      smxx::LaunchRecording recording(&launches);
+      MXMOE_RETURN_IF_ERROR(forward_->forward(f, workspace, workspace_size, stream));
+    }
+    return graphs_->enqueue(launches, stream, who());
   }
 
  private:
   const char* who() const { return backend_name(backend()); }
+
+  // Backends whose forwards launch every kernel through smxx::launch_kernel,
+  // so that a recording holds all of them (the Blackwell GEMMs launch through
+  // CUTLASS).
+  static bool records_launches(BackendKind kind) {
+    return kind == BackendKind::kPortable || kind == BackendKind::kSm90;
+  }
 
   // `ptr` must be memory of the layer's device: device memory (cudaMalloc,
   // a framework's caching allocator) or managed memory. Host memory, even
@@ -106,6 +123,7 @@ class DeviceLayer final : public MoeLayer {
   }
 
   std::unique_ptr<smxx::DeviceForward> forward_;
+  std::unique_ptr<smxx::EagerGraphs> graphs_;  // null: the forward launches directly
 };
 
 }  // namespace

@@ -7,9 +7,12 @@
 // launch_kernel) and both calls compile to nothing.
 #pragma once
 
+#include <type_traits>
 #include <utility>
 
 #include <cuda_runtime.h>
+
+#include "cuda/common/recorded_launch.h"
 
 namespace mxmoe::smxx {
 
@@ -32,27 +35,26 @@ __device__ __forceinline__ void allow_next_kernel() {
 
 // Launches `kernel` on `stream`, with programmatic dependent launch when
 // `overlap` is set (the device is SM90+), in clusters of `cluster_x` blocks
-// along x when it is above 1 (SM90+; the grid's x a multiple of it).
+// along x when it is above 1 (SM90+; the grid's x a multiple of it). While
+// this thread records (recorded_launch.h) the launch is appended to the
+// recording instead: every launch of a recorded forward must come through
+// here, or it would run out of order with the recorded ones.
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                       cudaStream_t stream, bool overlap, unsigned cluster_x, Args&&... args) {
+  static_assert(sizeof...(Params) > 0, "launch_kernel: kernels take at least one argument");
+  static_assert((std::is_trivially_copyable_v<Params> && ...),
+                "launch_kernel: a recorded launch keeps a byte copy of each argument");
+  if (LaunchList* list = recording_list())
+    return [&](Params... coerced) {
+      const void* values[] = {&coerced...};
+      const size_t size[] = {sizeof(Params)...};
+      const size_t align[] = {alignof(Params)...};
+      return record_launch(list, reinterpret_cast<const void*>(kernel), grid, block, smem, overlap, cluster_x,
+                           int(sizeof...(Params)), values, size, align);
+    }(std::forward<Args>(args)...);
   cudaLaunchAttribute attrs[2]{};
-  unsigned n = 0;
-  if (overlap) {
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster_x > 1) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n++].val.clusterDim = {cluster_x, 1, 1};
-  }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = n > 0 ? attrs : nullptr;
-  cfg.numAttrs = n;
+  const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, stream, overlap, cluster_x, attrs);
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

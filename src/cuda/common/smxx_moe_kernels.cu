@@ -19,6 +19,9 @@
 namespace mxmoe::smxx {
 namespace {
 
+// Devices whose properties are cached (indices past it are asked every time).
+constexpr int kCachedDevices = 64;
+
 constexpr int kRouterThreads = 256;
 constexpr int kRouterTokens = 16;
 constexpr int kGroupThreads = 1024;
@@ -257,7 +260,6 @@ RouterKernel router_kernel(int split_n, int cluster) {
 // SM80 build JIT-compiled on a newer GPU does not have it). Every instance
 // comes from the same fatbinary, so one answer per device, asked once.
 Status router_has_sm90_code(int dev, const char* who, bool* yes) {
-  constexpr int kCachedDevices = 64;
   static std::atomic<int> known[kCachedDevices] = {};  // 0 unknown, 1 yes, 2 no
   if (dev < kCachedDevices && known[dev].load(std::memory_order_relaxed) != 0) {
     *yes = known[dev].load(std::memory_order_relaxed) == 1;
@@ -568,19 +570,37 @@ Status cuda_status(cudaError_t err, const char* who, const char* what) {
   return Status::CudaError(fmt::format("{}: {}: {}", who, what, cudaGetErrorString(err)));
 }
 
-Status kernels_may_overlap(const char* who, bool* overlap) {
-  int dev = 0, major = 0;
+namespace {
+
+// A device attribute, read once per device: a forward asks for it on every
+// call, and the attributes of a device do not change while the process runs.
+Status cached_attribute(cudaDeviceAttr attr, std::atomic<int> (&cache)[kCachedDevices], const char* who,
+                        int* value) {
+  int dev = 0;
   MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), who, "cudaGetDevice"));
-  MXMOE_RETURN_IF_ERROR(
-      cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), who, "device attribute"));
-  *overlap = major >= 9;
+  if (dev < kCachedDevices)
+    if (const int v = cache[dev].load(std::memory_order_relaxed); v > 0) {
+      *value = v - 1;
+      return Status::Ok();
+    }
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(value, attr, dev), who, "device attribute"));
+  if (dev < kCachedDevices) cache[dev].store(*value + 1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status kernels_may_overlap(const char* who, bool* overlap) {
+  static std::atomic<int> major[kCachedDevices] = {};  // 0 unknown, else the value + 1
+  int value = 0;
+  MXMOE_RETURN_IF_ERROR(cached_attribute(cudaDevAttrComputeCapabilityMajor, major, who, &value));
+  *overlap = value >= 9;
   return Status::Ok();
 }
 
 Status sm_count(const char* who, int* sms) {
-  int dev = 0;
-  MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), who, "cudaGetDevice"));
-  return cuda_status(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev), who, "SM count");
+  static std::atomic<int> count[kCachedDevices] = {};
+  return cached_attribute(cudaDevAttrMultiProcessorCount, count, who, sms);
 }
 
 Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, int64_t x_stride, const uint16_t* router_weight,
@@ -595,8 +615,7 @@ Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, int64_t x_str
   if (overlap) {  // SM90+
     int dev = 0, sms = 0;
     MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), who, "cudaGetDevice"));
-    MXMOE_RETURN_IF_ERROR(
-        cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), who, "SM count"));
+    MXMOE_RETURN_IF_ERROR(sm_count(who, &sms));
     cluster = router_cluster_size(E, token_blocks, sms);
     bool sm90_code = false;
     if (cluster > 1) MXMOE_RETURN_IF_ERROR(router_has_sm90_code(dev, who, &sm90_code));
