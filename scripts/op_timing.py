@@ -26,32 +26,38 @@ def weights(seed=0):
                 down_bias=bf16((E, H), 0.1))
 
 
+def host_us(call, samples=2000, warmup_s=0.5):
+    """Median wall time of one call in microseconds, the GPU waited for between calls (untimed),
+    after warm-up calls for `warmup_s` seconds (the host's first few hundred calls run slower)."""
+    t_end = time.perf_counter() + warmup_s
+    while time.perf_counter() < t_end:
+        call()
+        torch.cuda.synchronize()
+    host = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        call()
+        host.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(host)
+
+
 def main():
     w = weights()
     for backend in ("portable", "sm90"):
         moe = mxmoe.MoE.from_tensors(**w, topk=K, backend=backend, device="cuda")
         # Host overhead of one eager call at T = 1: the wall time of enqueueing, GPU not waited for.
         x = torch.randn(1, H, device="cuda", dtype=torch.bfloat16)
-        for _ in range(20):
-            moe(x)
-        torch.cuda.synchronize()
-        host = []
-        for _ in range(200):
-            t0 = time.perf_counter()
-            moe(x)
-            host.append((time.perf_counter() - t0) * 1e6)
-            torch.cuda.synchronize()
-        print(f"{backend}: eager host time per call at T=1 (MoE.forward): median {statistics.median(host):.1f} us")
         out, ws = torch.empty(1, H, device="cuda", dtype=torch.bfloat16), torch.empty(
             moe.workspace_bytes(1), device="cuda", dtype=torch.uint8)
-        host = []
-        for _ in range(200):
-            t0 = time.perf_counter()
-            torch.ops.mxmoe.forward(x, None, None, moe._layer, out, ws)
-            host.append((time.perf_counter() - t0) * 1e6)
-            torch.cuda.synchronize()
-        print(f"{backend}: eager host time per call at T=1 (the op, tensors given): median "
-              f"{statistics.median(host):.1f} us")
+        ids = torch.tensor([[0, 5, 9, 17]], dtype=torch.int32, device="cuda")
+        wts = torch.full((1, K), 0.25, device="cuda")
+        for what, call in (("MoE.forward", lambda: moe(x)),
+                           ("the op, tensors given", lambda: torch.ops.mxmoe.forward(x, None, None, moe._layer, out,
+                                                                                     ws)),
+                           ("the op, caller's routing", lambda: torch.ops.mxmoe.forward(x, ids, wts, moe._layer, out,
+                                                                                        ws))):
+            print(f"{backend}: eager host time per call at T=1 ({what}): median {host_us(call):.1f} us")
         for T in (1, 64, 4096):
             x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
             g = torch.Generator().manual_seed(T)

@@ -9,8 +9,6 @@
 #include <cuda_runtime.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/ops.h>
-#include <torch/headeronly/core/ScalarType.h>
 
 #include "ops.h"
 
@@ -20,13 +18,38 @@ namespace {
 // Calls that pass no workspace, up to this many bytes of it (decode and
 // small prefills: a few hundred KB at gpt-oss's T = 1), share one buffer per
 // stream, kept between calls: an allocation from torch costs 3.5-4 us of host
-// time on this class of host, as much as the rest of the op's own checks
-// (H200, 2026-12-02). Calls on one stream run in its order, so they can
-// share the buffer; a buffer is torch's memory, allocated on its stream,
-// replaced by a larger one when a call needs more (the old one then goes
-// back to torch's allocator in that stream's order). Larger needs, and calls
-// into a capture (whose memory is the capture's pool), allocate per call.
+// time on this class of host, as much as the rest of the op (H200,
+// 2026-12-02). Calls on one stream run in its order, so they can share it.
+// The buffers are CUDA's stream-ordered allocations, not torch's: a tensor
+// kept between calls could come from a pool that torch lends only for a
+// while (a CUDA graph's, while torch.compile warms one up), and a buffer
+// replaced by a larger one is freed in its stream's order, behind the
+// kernels that still read it. Larger needs, and calls into a capture (whose
+// memory is the capture's pool), take torch's allocation per call.
 constexpr size_t kSharedWorkspaceBytes = size_t(32) << 20;
+
+struct SharedWorkspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// Makes `device` current for the scope (stream-ordered allocations come from
+// the current device's pool when the stream is the legacy default one).
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    ok_ = cudaGetDevice(&previous_) == cudaSuccess && (previous_ == device || cudaSetDevice(device) == cudaSuccess);
+  }
+  ~CurrentDevice() {
+    int now = previous_;
+    if (ok_ && cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  int previous_ = 0;
+  bool ok_ = false;
+};
 
 void* stream_workspace(const Tensor& like, CUstream_st* stream, size_t bytes) {
   if (bytes > kSharedWorkspaceBytes) return nullptr;
@@ -37,19 +60,21 @@ void* stream_workspace(const Tensor& like, CUstream_st* stream, size_t bytes) {
   }
   if (capturing != cudaStreamCaptureStatusNone) return nullptr;
   static std::mutex mutex;
-  // Never destroyed: the tensors must not be released after torch's allocator at exit.
-  static auto* buffers = new std::map<std::pair<int, CUstream_st*>, Tensor>();
-  const std::pair<int, CUstream_st*> key(int(like.get_device_index()), stream);
+  static auto* buffers = new std::map<std::pair<int, CUstream_st*>, SharedWorkspace>();  // kept to the end
+  const int device = int(like.get_device_index());
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = buffers->find(key);
-  if (it != buffers->end() && size_t(it->second.numel()) >= bytes) return it->second.mutable_data_ptr();
+  SharedWorkspace& w = (*buffers)[{device, stream}];
+  if (w.bytes >= bytes) return w.ptr;
   size_t size = size_t(1) << 16;  // powers of two: few replacements as T grows
   while (size < bytes) size *= 2;
-  const int64_t shape[1] = {int64_t(size)};
-  Tensor t = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(shape, 1),
-                                  torch::headeronly::ScalarType::Byte, std::nullopt, like.device());
-  void* ptr = t.mutable_data_ptr();
-  (*buffers)[key] = std::move(t);
+  const CurrentDevice current(device);
+  void* ptr = nullptr;
+  if (!current.ok() || cudaMallocAsync(&ptr, size, stream) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;  // torch's allocator then says what it can
+  }
+  if (w.ptr) cudaFreeAsync(w.ptr, stream);  // after the kernels queued before it
+  w = {ptr, size};
   return ptr;
 }
 
