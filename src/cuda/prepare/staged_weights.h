@@ -1,0 +1,24 @@
+// The source a device preparation reads: the caller's weights where they are
+// already memory of the layer's device, or a staging copy of host weights
+// there (one layer's original bytes, freed once the image is written).
+#pragma once
+
+#include <memory>
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/device_backend.h"
+#include "mxmoe/moe.h"
+
+namespace mxmoe::smxx {
+
+struct StagedWeights {
+  MoeWeightsView view;             // every pointer memory of the layer's device
+  cudaStream_t stream = nullptr;   // where to read it: the legacy stream, after the caller's writes
+  std::shared_ptr<DeviceBuffer> copy;  // the staging copy of host weights, if any
+};
+
+// On the current device, which is CUDA device `device`.
+Status stage_weights(const MoeWeightsView& weights, int device, const char* who, StagedWeights* out);
+
+}  // namespace mxmoe::smxx
