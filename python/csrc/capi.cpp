@@ -47,7 +47,8 @@ int64_t write_json(const nlohmann::json& j, char* out, size_t out_size) {
 
 extern "C" {
 
-// Dense HF-layout tensors on the host: codes [E, 2I, H/2] (= blocks [E, 2I,
+// Dense HF-layout tensors, all in host memory or all in the memory of CUDA
+// device `device` (prepared there): codes [E, 2I, H/2] (= blocks [E, 2I,
 // H/32, 16]), scales [E, 2I, H/32], b13 [E, 2I] bf16, w2 codes [E, H, I/2],
 // scales [E, H, I/32], b2 [E, H] bf16; router [E, H] / [E] bf16 or both null.
 __attribute__((visibility("default"))) int64_t mxmoe_create_layer(
