@@ -1,4 +1,6 @@
 """``mxmoe.MoE``: the GPT-OSS MLP block (router and MXFP4 experts) as a module."""
+import sys
+
 import torch
 from torch import nn
 
@@ -224,3 +226,37 @@ class MoE(nn.Module):
     def extra_repr(self):
         return (f"experts={self.num_experts}, hidden={self.hidden_size}, intermediate={self.intermediate_size}, "
                 f"top_k={self.top_k}, backend={self.backend}, device={self.device}")
+
+
+def _progress_bar(progress):
+    """The callable load_layers reports to: the caller's, a bar on a terminal's stderr, or none."""
+    if callable(progress):
+        return progress
+    if progress is None and sys.stderr.isatty():
+        def bar(done, total):
+            filled = 30 * done // max(total, 1)
+            sys.stderr.write(f"\rmxmoe: loading layers [{'#' * filled}{' ' * (30 - filled)}] {done}/{total}")
+            if done == total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        return bar
+    return None
+
+
+def load_layers(path, layers=None, *, backend="auto", device=None, progress=None, topk=None):
+    """Every MoE layer of a GPT-OSS checkpoint (or those in ``layers``) as a list of :class:`MoE`.
+
+    On a GPU the files are read in parallel into pinned staging (two layers' worth of host
+    memory), each layer uploaded while the next is read and prepared on the GPU. ``progress``:
+    None draws a bar on stderr when it is a terminal, False draws none, a callable gets
+    ``(done, total)`` after each layer. Errors name the layer; nothing stays allocated after one.
+    """
+    if layers is not None:
+        layers = [int(i) for i in layers]
+        if any(i < 0 for i in layers):
+            raise ValueError(f"mxmoe: layers must be non-negative, got {layers}")
+    index = _device_index(device)
+    count = len(layers) if layers else 1 << 12
+    handles = _library.load_layers(str(path), layers or [], topk, backend, index, (0, 0), _progress_bar(progress),
+                                   count)
+    return [MoE(h) for h in handles]

@@ -9,34 +9,8 @@
 namespace mxmoe {
 namespace {
 
-// A view's tensors: name, pointer, bytes from the pointer to its last element.
-struct Span {
-  const char* name;
-  const void* ptr;
-  int64_t bytes;
-};
-
 int64_t matrix_bytes(int64_t experts, int64_t rows, int64_t row_bytes, int64_t row_stride, int64_t expert_stride) {
   return (experts - 1) * expert_stride + (rows - 1) * row_stride + row_bytes;
-}
-
-std::vector<Span> spans(const MoeWeightsView& w) {
-  const MoeShape& s = w.shape;
-  const MxMatrixView* m[2] = {&w.w13, &w.w2};
-  std::vector<Span> out;
-  const char* names[2][2] = {{"w13 codes", "w13 scales"}, {"w2 codes", "w2 scales"}};
-  for (int t = 0; t < 2; ++t) {
-    const MxMatrixView& v = *m[t];
-    out.push_back({names[t][0], v.codes,
-                   matrix_bytes(v.experts, v.rows, v.cols / 2, v.code_row_stride, v.code_expert_stride)});
-    out.push_back({names[t][1], v.scales,
-                   matrix_bytes(v.experts, v.rows, v.cols / kMxBlock, v.scale_row_stride, v.scale_expert_stride)});
-  }
-  out.push_back({"b13", w.b13, 2 * ((s.experts - 1) * w.b13_expert_stride + 2 * s.intermediate)});
-  out.push_back({"b2", w.b2, 2 * ((s.experts - 1) * w.b2_expert_stride + s.hidden)});
-  if (w.router_weight) out.push_back({"router weight", w.router_weight, 2 * s.experts * s.hidden});
-  if (w.router_bias) out.push_back({"router bias", w.router_bias, 2 * s.experts});
-  return out;
 }
 
 // The CUDA device whose memory `p` is, or -1 for host memory (pageable,
@@ -52,12 +26,43 @@ int device_of(const void* p) {
 
 }  // namespace
 
+std::vector<smxx::WeightSpan> smxx::weight_spans(const MoeWeightsView& w) {
+  const MoeShape& s = w.shape;
+  std::vector<smxx::WeightSpan> out;
+  const MxMatrixView& a = w.w13;
+  const MxMatrixView& b = w.w2;
+  out.push_back({"w13 codes", a.codes, matrix_bytes(a.experts, a.rows, a.cols / 2, a.code_row_stride, a.code_expert_stride)});
+  out.push_back({"w13 scales", a.scales,
+                 matrix_bytes(a.experts, a.rows, a.cols / kMxBlock, a.scale_row_stride, a.scale_expert_stride)});
+  out.push_back({"w2 codes", b.codes, matrix_bytes(b.experts, b.rows, b.cols / 2, b.code_row_stride, b.code_expert_stride)});
+  out.push_back({"w2 scales", b.scales,
+                 matrix_bytes(b.experts, b.rows, b.cols / kMxBlock, b.scale_row_stride, b.scale_expert_stride)});
+  out.push_back({"b13", w.b13, 2 * ((s.experts - 1) * w.b13_expert_stride + 2 * s.intermediate)});
+  out.push_back({"b2", w.b2, 2 * ((s.experts - 1) * w.b2_expert_stride + s.hidden)});
+  out.push_back({"router weight", w.router_weight, w.router_weight ? 2 * s.experts * s.hidden : 0});
+  out.push_back({"router bias", w.router_bias, w.router_bias ? 2 * s.experts : 0});
+  return out;
+}
+
+MoeWeightsView smxx::rebased(const MoeWeightsView& w, const std::vector<const void*>& at) {
+  MoeWeightsView v = w;
+  v.w13.codes = static_cast<const uint8_t*>(at[0]);
+  v.w13.scales = static_cast<const uint8_t*>(at[1]);
+  v.w2.codes = static_cast<const uint8_t*>(at[2]);
+  v.w2.scales = static_cast<const uint8_t*>(at[3]);
+  v.b13 = static_cast<const uint16_t*>(at[4]);
+  v.b2 = static_cast<const uint16_t*>(at[5]);
+  v.router_weight = w.router_weight ? static_cast<const uint16_t*>(at[6]) : nullptr;
+  v.router_bias = w.router_bias ? static_cast<const uint16_t*>(at[7]) : nullptr;
+  return v;
+}
+
 Status weights_device(const MoeWeightsView& w, int* device) {
   MXMOE_RETURN_IF_ERROR(validate_weights(w));
-  const std::vector<Span> all = spans(w);
   int first = -2;
   const char* first_name = "";
-  for (const Span& t : all) {
+  for (const smxx::WeightSpan& t : smxx::weight_spans(w)) {
+    if (!t.ptr) continue;
     const int d = device_of(t.ptr);
     if (first == -2) {
       first = d;
@@ -90,30 +95,24 @@ Status stage_weights(const MoeWeightsView& w, int device, const char* who, Stage
         fmt::format("{}: the weights are on CUDA device {}; the layer is asked for CUDA device {}", who, where, device));
   // Host weights: each tensor copied whole into one staging allocation, the
   // view's strides kept.
-  const std::vector<Span> all = spans(w);
+  const std::vector<WeightSpan> all = weight_spans(w);
   std::vector<size_t> at;
   size_t total = 0;
-  for (const Span& t : all) {
+  for (const WeightSpan& t : all) {
     at.push_back(total);
     total += (size_t(t.bytes) + 255) / 256 * 256;
   }
   auto copy = std::make_shared<DeviceBuffer>();
   MXMOE_RETURN_IF_ERROR(copy->reserve(total));
-  MoeWeightsView& v = out->view;
+  std::vector<const void*> placed;
   for (size_t i = 0; i < all.size(); ++i) {
     uint8_t* dst = copy->as<uint8_t>() + at[i];
-    MXMOE_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dst, all[i].ptr, size_t(all[i].bytes), cudaMemcpyHostToDevice), who,
-                                      "stage the weights"));
-    const void* p = all[i].ptr;
-    if (p == w.w13.codes) v.w13.codes = dst;
-    if (p == w.w13.scales) v.w13.scales = dst;
-    if (p == w.w2.codes) v.w2.codes = dst;
-    if (p == w.w2.scales) v.w2.scales = dst;
-    if (p == w.b13) v.b13 = reinterpret_cast<const uint16_t*>(dst);
-    if (p == w.b2) v.b2 = reinterpret_cast<const uint16_t*>(dst);
-    if (p == w.router_weight) v.router_weight = reinterpret_cast<const uint16_t*>(dst);
-    if (p == w.router_bias) v.router_bias = reinterpret_cast<const uint16_t*>(dst);
+    if (all[i].bytes)
+      MXMOE_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dst, all[i].ptr, size_t(all[i].bytes), cudaMemcpyHostToDevice), who,
+                                        "stage the weights"));
+    placed.push_back(dst);
   }
+  out->view = rebased(w, placed);
   out->copy = std::move(copy);
   return Status::Ok();
 }
