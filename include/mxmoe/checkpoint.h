@@ -64,6 +64,14 @@ class Checkpoint {
   // expert, row and block; only this layer's scale bytes are read for that.
   Status layer(int64_t n, MoeWeightsView* out) const;
 
+  // Where `bytes` bytes at `p` (inside a view layer() gave) lie on disk: the
+  // file's path and byte offset. False when they are not in this checkpoint.
+  bool file_range(const void* p, size_t bytes, std::string* path, int64_t* offset) const;
+  // Drops this process's mapping of the pages under [p, p + bytes) (they stay
+  // in the page cache): a loader that reads the bytes with its own reads keeps
+  // its resident memory to what it holds.
+  void release_pages(const void* p, size_t bytes) const;
+
   struct Impl;  // opaque: the mappings and the tensor index
 
  private:

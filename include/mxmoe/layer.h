@@ -12,7 +12,12 @@
 // (a stream of that device; null means the legacy default stream) and
 // returns: no host synchronisation, no allocation, no host-to-device copy, so
 // it can be captured in a CUDA graph. The weights are copied (prepared) at
-// create: the view may be freed afterwards.
+// create: the view may be freed afterwards. The weights may be host memory or
+// memory of the layer's device (every tensor in one place; found with
+// cudaPointerGetAttributes): device weights are checked and prepared there by
+// kernels, with no copy through host memory and no device memory beyond the
+// layer's own (create first waits for the device's pending work, the
+// writes of the weights); weights on another device are refused.
 // CPU layers (device = -1): every pointer is host memory, `stream` is ignored
 // and the forward runs to completion before it returns.
 //

@@ -14,6 +14,7 @@
 #include "mxmoe/dispatch.h"
 #include "mxmoe/format.h"
 #include "mxmoe/layer.h"
+#include "mxmoe/load.h"
 
 namespace {
 
@@ -47,7 +48,8 @@ int64_t write_json(const nlohmann::json& j, char* out, size_t out_size) {
 
 extern "C" {
 
-// Dense HF-layout tensors on the host: codes [E, 2I, H/2] (= blocks [E, 2I,
+// Dense HF-layout tensors, all in host memory or all in the memory of CUDA
+// device `device` (prepared there): codes [E, 2I, H/2] (= blocks [E, 2I,
 // H/32, 16]), scales [E, 2I, H/32], b13 [E, 2I] bf16, w2 codes [E, H, I/2],
 // scales [E, H, I/32], b2 [E, H] bf16; router [E, H] / [E] bf16 or both null.
 __attribute__((visibility("default"))) int64_t mxmoe_create_layer(
@@ -81,6 +83,29 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer_from_checkpoin
   st = ckpt->layer(layer, &v);
   if (!st.ok()) return fail(st, error, error_size);
   return create(v, backend, device, activations, scale_rule, error, error_size);  // the layer copies
+}
+
+// Layers `layers` (n_layers of them; 0: every layer) of a checkpoint onto
+// `device`, their handles written to `handles` (room for max_handles);
+// returns how many, or -(StatusCode). `progress(done, total)` may be null.
+__attribute__((visibility("default"))) int64_t mxmoe_load_layers(
+    const char* path, const int64_t* layers, int64_t n_layers, int64_t topk, const char* backend, int device,
+    int activations, int scale_rule, void (*progress)(int64_t, int64_t), int64_t* handles, int64_t max_handles,
+    char* error, size_t error_size) {
+  LoadOptions o;
+  o.backend = backend ? backend : "auto";
+  o.device = device;
+  if (topk > 0) o.topk = topk;
+  o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
+  o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;
+  if (progress) o.progress = progress;
+  std::vector<std::unique_ptr<MoeLayer>> loaded;
+  const Status st = load_layers(path, std::vector<int64_t>(layers, layers + n_layers), o, &loaded);
+  if (!st.ok()) return fail(st, error, error_size);
+  if (int64_t(loaded.size()) > max_handles)
+    return fail(Status::InvalidArgument("load_layers: more layers than handles"), error, error_size);
+  for (size_t i = 0; i < loaded.size(); ++i) handles[i] = python::register_layer(std::move(loaded[i]));
+  return int64_t(loaded.size());
 }
 
 // Workspace bytes that serve any forward of 1..max_tokens tokens (-1: unknown handle).

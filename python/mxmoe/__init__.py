@@ -1,6 +1,7 @@
 """mxmoe: GPT-OSS Mixture-of-Experts layers with MXFP4 expert weights.
 
 ``mxmoe.MoE`` is the whole MLP block (router and experts) as a module;
+``mxmoe.load_layers`` loads every MoE layer of a checkpoint at once;
 ``mxmoe.info()`` says which backend runs where and why;
 ``mxmoe.integrations.transformers.replace_experts`` puts ``MoE`` into a
 transformers GPT-OSS model. The ops under ``torch.ops.mxmoe`` (see
@@ -9,9 +10,9 @@ transformers GPT-OSS model. The ops under ``torch.ops.mxmoe`` (see
 import torch
 
 from . import _library, ops
-from .moe import MoE, _device_index
+from .moe import MoE, _device_index, load_layers
 
-__all__ = ["MoE", "info", "ops"]
+__all__ = ["MoE", "info", "load_layers", "ops"]
 __version__ = "0.1.0"
 
 

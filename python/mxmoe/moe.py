@@ -1,4 +1,6 @@
 """``mxmoe.MoE``: the GPT-OSS MLP block (router and MXFP4 experts) as a module."""
+import sys
+
 import torch
 from torch import nn
 
@@ -33,6 +35,29 @@ def _check(name, t, dtype, shape):
 
 def _host(t, dtype=None):
     return t.detach().to(device="cpu", dtype=dtype or t.dtype).contiguous()
+
+
+_BF16_NAMES = ("router_weight", "router_bias", "gate_up_bias", "down_bias")
+
+
+def _placed(named, index):
+    """The tensors as the library takes them, in mxmoe_create_layer's order.
+
+    For a GPU layer whose tensors all lie on CUDA devices they stay there (the
+    library prepares them on that GPU, without a copy through host memory;
+    tensors on another GPU than the layer's are refused); otherwise they are
+    copied to host memory. Biases and router become bf16 where they are.
+    """
+    given = {n: t for n, t in named.items() if t is not None}
+    if index >= 0 and all(t.is_cuda for t in given.values()):
+        for n, t in given.items():
+            if t.device.index != index:
+                raise ValueError(f"mxmoe: {n} is on {t.device}; the layer is asked for cuda:{index}")
+        place = lambda t, dtype=None: t.detach().to(dtype=dtype or t.dtype).contiguous()  # noqa: E731
+    else:
+        place = _host
+    return [None if named[n] is None else place(named[n], torch.bfloat16 if n in _BF16_NAMES else None)
+            for n in named]
 
 
 class _Layer:
@@ -104,6 +129,9 @@ class MoE(nn.Module):
         [E, H, I/32], ``down_bias`` [E, H]; ``router_weight`` [E, H] and
         ``router_bias`` [E], or both None (every forward then needs routing).
         Biases and router are used in bf16, as the checkpoints store them.
+        Tensors on the layer's GPU are prepared there, by the library's
+        kernels, without a copy through host memory (a tensor on another GPU
+        is a ValueError); tensors elsewhere are copied.
 
         ``activations``: what the expert GEMMs consume, "bf16" (every
         backend) or "mxfp8" (x and the SwiGLU output quantized to E4M3 with
@@ -129,16 +157,14 @@ class MoE(nn.Module):
             _check("router_bias", router_bias, None, (e,))
         if not isinstance(topk, int) or not 1 <= topk <= e:
             raise ValueError(f"mxmoe: topk must be an int in [1, {e}], got {topk!r}")
-        bf16 = torch.bfloat16
-        host = [
-            None if router_weight is None else _host(router_weight, bf16),
-            None if router_bias is None else _host(router_bias, bf16),
-            _host(gate_up_blocks), _host(gate_up_scales), _host(gate_up_bias, bf16),
-            _host(down_blocks), _host(down_scales), _host(down_bias, bf16),
-        ]
+        named = {"router_weight": router_weight, "router_bias": router_bias, "gate_up_blocks": gate_up_blocks,
+                 "gate_up_scales": gate_up_scales, "gate_up_bias": gate_up_bias, "down_blocks": down_blocks,
+                 "down_scales": down_scales, "down_bias": down_bias}
+        index = _device_index(device)
+        tensors = _placed(named, index)
         codes = _library.activation_codes(activations, mxfp8_scale_rule)
-        handle = _library.create_layer(host, (e, h, i, topk), (float(swiglu_alpha), float(swiglu_limit)), backend,
-                                       _device_index(device), codes)
+        handle = _library.create_layer(tensors, (e, h, i, topk), (float(swiglu_alpha), float(swiglu_limit)), backend,
+                                       index, codes)
         return cls(handle)
 
     def workspace_bytes(self, max_tokens):
@@ -212,3 +238,37 @@ class MoE(nn.Module):
     def extra_repr(self):
         return (f"experts={self.num_experts}, hidden={self.hidden_size}, intermediate={self.intermediate_size}, "
                 f"top_k={self.top_k}, backend={self.backend}, device={self.device}")
+
+
+def _progress_bar(progress):
+    """The callable load_layers reports to: the caller's, a bar on a terminal's stderr, or none."""
+    if callable(progress):
+        return progress
+    if progress is None and sys.stderr.isatty():
+        def bar(done, total):
+            filled = 30 * done // max(total, 1)
+            sys.stderr.write(f"\rmxmoe: loading layers [{'#' * filled}{' ' * (30 - filled)}] {done}/{total}")
+            if done == total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        return bar
+    return None
+
+
+def load_layers(path, layers=None, *, backend="auto", device=None, progress=None, topk=None):
+    """Every MoE layer of a GPT-OSS checkpoint (or those in ``layers``) as a list of :class:`MoE`.
+
+    On a GPU the files are read in parallel into pinned staging (two layers' worth of host
+    memory), each layer uploaded while the next is read and prepared on the GPU. ``progress``:
+    None draws a bar on stderr when it is a terminal, False draws none, a callable gets
+    ``(done, total)`` after each layer. Errors name the layer; nothing stays allocated after one.
+    """
+    if layers is not None:
+        layers = [int(i) for i in layers]
+        if any(i < 0 for i in layers):
+            raise ValueError(f"mxmoe: layers must be non-negative, got {layers}")
+    index = _device_index(device)
+    count = len(layers) if layers else 1 << 12
+    handles = _library.load_layers(str(path), layers or [], topk, backend, index, (0, 0), _progress_bar(progress),
+                                   count)
+    return [MoE(h) for h in handles]

@@ -14,4 +14,9 @@ namespace mxmoe {
 Status create_device_layer(BackendKind kind, std::string reason, int device, const MoeWeightsView& weights,
                            const ActivationOptions& activations, std::unique_ptr<MoeLayer>* out);
 
+// Where the weights are: -1 for host memory (pageable, pinned or managed),
+// else the CUDA device whose memory holds every tensor. Weights split between
+// places are an InvalidArgument naming two tensors.
+Status weights_device(const MoeWeightsView& weights, int* device);
+
 }  // namespace mxmoe

@@ -20,7 +20,18 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
   if (options.device < -1)
     return Status::InvalidArgument(fmt::format("layer: device {} is neither a CUDA device index nor -1 (the CPU)",
                                                options.device));
-  MXMOE_RETURN_IF_ERROR(validate_weight_values(weights));
+  // Weights in device memory are checked on their device, as they are
+  // prepared (src/cuda/prepare/); host weights here.
+  int weights_on = -1;
+#ifdef MXMOE_WITH_CUDA
+  MXMOE_RETURN_IF_ERROR(weights_device(weights, &weights_on));
+#endif
+  if (weights_on >= 0 && options.device != weights_on)
+    return Status::InvalidArgument(fmt::format("layer: the weights are on CUDA device {}; the layer is asked for {}",
+                                               weights_on,
+                                               options.device < 0 ? std::string("the CPU")
+                                                                  : fmt::format("CUDA device {}", options.device)));
+  MXMOE_RETURN_IF_ERROR(weights_on >= 0 ? validate_weights(weights) : validate_weight_values(weights));
   if ((weights.router_weight == nullptr) != (weights.router_bias == nullptr))
     return Status::InvalidArgument("layer: router weight and bias must be given together (or neither)");
   DispatchInput in = dispatch_input_for_device(options.backend, weights.shape, options.device);

@@ -10,6 +10,9 @@
 #include <set>
 #include <sstream>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -135,6 +138,23 @@ Checkpoint::Checkpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Checkpoint::~Checkpoint() = default;
 
 const CheckpointInfo& Checkpoint::info() const { return impl_->info; }
+
+bool Checkpoint::file_range(const void* p, size_t bytes, std::string* path, int64_t* offset) const {
+  for (const SafetensorsFile& f : impl_->files)
+    if (f.map.contains(p, bytes)) {
+      *path = f.path();
+      *offset = static_cast<const uint8_t*>(p) - f.map.data();
+      return true;
+    }
+  return false;
+}
+
+void Checkpoint::release_pages(const void* p, size_t bytes) const {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = uintptr_t(p) / page * page, end = (uintptr_t(p) + bytes + page - 1) / page * page;
+  for (const SafetensorsFile& f : impl_->files)
+    if (f.map.contains(p, bytes)) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
 
 Status Checkpoint::open(const std::string& path, std::optional<int64_t> topk_override,
                         std::unique_ptr<Checkpoint>* out) {

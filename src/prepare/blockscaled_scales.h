@@ -36,6 +36,14 @@ inline constexpr int64_t blockscaled_scale_offset(int64_t r, int64_t b, int64_t 
   return atom * kScaleAtomBytes + 16 * (r % 32) + 4 * (r % kScaleAtomRows / 32) + b % kScaleAtomBlocks;
 }
 
+// The inverse: byte `o` of the packed scales holds row *row, block *block;
+// where that lies past (rows, k_blocks) the byte is padding (127).
+inline constexpr void blockscaled_scale_source(int64_t k_blocks, int64_t o, int64_t* row, int64_t* block) {
+  const int64_t atom = o / kScaleAtomBytes, in = o % kScaleAtomBytes, k_atoms = blockscaled_k_atoms(k_blocks);
+  *row = atom / k_atoms * kScaleAtomRows + 32 * (in % 16 / 4) + in / 16;
+  *block = atom % k_atoms * kScaleAtomBlocks + in % 4;
+}
+
 // Writes the dense scales (rows x k_blocks, rows `row_stride` bytes apart)
 // into `out`, blockscaled_scale_bytes(rows, k_blocks) bytes, padding included.
 Status pack_blockscaled_scales(const uint8_t* dense, int64_t rows, int64_t k_blocks, int64_t row_stride,

@@ -8,6 +8,7 @@
 #include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
 #include "prepare/copy_slice.h"
+#include "prepare/layout_index.h"
 
 namespace mxmoe {
 namespace {
@@ -78,17 +79,15 @@ Status prepare_slice(const PreparePlan& plan, const MoeWeightsView& w, const Sli
   const int64_t w2_code_row = Ip / 2, w2_scale_row = Ip / kMxBlock;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t se = e0 + e;
-    for (int64_t j = j0; j < j_end; ++j) {
-      const int64_t src_rows[2] = {w13_gate_row(w.w13_layout, I, j), w13_up_row(w.w13_layout, I, j)};
-      const int64_t dst_rows[2] = {w13_gate_row(plan.w13_layout, Ip, j - j0),
-                                   w13_up_row(plan.w13_layout, Ip, j - j0)};
-      for (int half = 0; half < 2; ++half) {
-        const int64_t d = e * 2 * Ip + dst_rows[half];
-        copy_bytes(p.w13_codes.data() + d * w13_code_row, w.w13.code_row(se, src_rows[half]), H / 2);
-        copy_bytes(p.w13_scales.data() + d * w13_scale_row, w.w13.scale_row(se, src_rows[half]),
-                   H / kMxBlock);
-        p.b13[size_t(d)] = w.b13[se * w.b13_expert_stride + src_rows[half]];
-      }
+    // Each prepared row gathers its source row (layout_index.h, as the device
+    // executor does); rows of columns past the slice keep the padding.
+    for (int64_t row = 0; row < 2 * Ip; ++row) {
+      const int64_t src = layout::w13_source_row(plan.w13_layout, Ip, row, w.w13_layout, I, j0, j_end);
+      if (src < 0) continue;
+      const int64_t d = e * 2 * Ip + row;
+      copy_bytes(p.w13_codes.data() + d * w13_code_row, w.w13.code_row(se, src), H / 2);
+      copy_bytes(p.w13_scales.data() + d * w13_scale_row, w.w13.scale_row(se, src), H / kMxBlock);
+      p.b13[size_t(d)] = w.b13[se * w.b13_expert_stride + src];
     }
     for (int64_t h = 0; h < H; ++h) {
       const int64_t d = e * Hp + h;

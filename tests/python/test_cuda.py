@@ -131,3 +131,30 @@ def test_bf16_output_rounds_the_fp32_one(moe):
     torch.ops.mxmoe.forward(x, None, None, moe._layer, out32)
     torch.ops.mxmoe.forward(x, None, None, moe._layer, out16)
     torch.testing.assert_close(out16, out32.to(torch.bfloat16), rtol=0, atol=0)
+
+
+def test_from_tensors_on_the_gpu_gives_the_layer_from_host_tensors():
+    """CUDA tensors are prepared on their GPU (no copy through host memory): the layer's forward
+    has the bits of the one built from the same tensors in host memory."""
+    _, t = layer_tensors()
+    on_gpu = {k: v.cuda() for k, v in t.items()}
+    from_gpu = make_moe(on_gpu, "cuda")
+    from_host = make_moe(t, "cuda")
+    g = torch.Generator().manual_seed(SEED + 9)
+    x = torch.randn(7, H, generator=g).to(torch.bfloat16).cuda()
+    y = from_gpu(x)
+    assert float(torch.linalg.norm(y.float())) > 0
+    assert torch.equal(y, from_host(x))
+    assert from_gpu(x[:0]).shape == (0, H)
+
+
+def test_from_tensors_refuses_tensors_on_another_gpu_and_names_bad_scales():
+    _, t = layer_tensors()
+    if torch.cuda.device_count() > 1:
+        on_1 = {k: v.to("cuda:1") for k, v in t.items()}
+        with pytest.raises(ValueError, match="is on cuda:1; the layer is asked for cuda:0"):
+            make_moe(on_1, "cuda:0")
+    bad = {k: v.clone().cuda() for k, v in t.items()}
+    bad["down_proj_scales"][1, 5, 0] = 0xFF
+    with pytest.raises(ValueError, match=r"w2 scales: byte 0xFF \(NaN\) at expert 1, row 5, block 0"):
+        make_moe(bad, "cuda")

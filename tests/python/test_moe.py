@@ -386,3 +386,29 @@ def test_workspace_bytes(layer, device):
     torch.ops.mxmoe.forward(x, None, None, moe._layer, out, torch.empty(big, dtype=torch.uint8, device=device))
     with pytest.raises(ValueError, match="workspace of 16 bytes"):
         torch.ops.mxmoe.forward(x, None, None, moe._layer, out, torch.empty(16, dtype=torch.uint8, device=device))
+
+
+def test_load_layers(tmp_path, device):
+    """Every layer at once gives the layers from_checkpoint gives one by one; progress is reported;
+    bad layer lists and a NaN scale are errors that name the layer."""
+    from tiny_gpt_oss import write_tiny_gpt_oss
+    write_tiny_gpt_oss(tmp_path / "ckpt", layers=3, hidden=64, intermediate=64, experts=4, topk=2)
+    seen = []
+    moes = mxmoe.load_layers(tmp_path / "ckpt", device=device, progress=lambda d, t: seen.append((d, t)))
+    assert len(moes) == 3 and seen == [(1, 3), (2, 3), (3, 3)]
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).to(device)
+    for i, moe in enumerate(moes):
+        one = mxmoe.MoE.from_checkpoint(tmp_path / "ckpt", i, device=device)
+        y = moe(x)
+        assert float(torch.linalg.norm(y.float())) > 0
+        assert torch.equal(y, one(x))
+    assert [m.top_k for m in mxmoe.load_layers(tmp_path / "ckpt", [2, 0], device=device, progress=False)] == [2, 2]
+    with pytest.raises(ValueError, match="layer 3 is out of range"):
+        mxmoe.load_layers(tmp_path / "ckpt", [0, 3], device=device)
+    from safetensors.torch import load_file, save_file
+    sd = load_file(tmp_path / "ckpt" / "model.safetensors")
+    name = next(k for k in sd if k.startswith("model.layers.2.") and k.endswith("down_proj_scales"))
+    sd[name][1, 3, 0] = 0xFF
+    save_file(sd, tmp_path / "ckpt" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"layer 2: .*0xFF \(NaN\) at expert 1, row 3, block 0"):
+        mxmoe.load_layers(tmp_path / "ckpt", device=device)

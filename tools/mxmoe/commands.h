@@ -27,5 +27,6 @@ inline CLI::Validator integer_at_least(long long lo) {
 Runner add_info(CLI::App& parent);
 Runner add_run(CLI::App& parent);
 Runner add_bench(CLI::App& parent);
+Runner add_load(CLI::App& parent);
 
 }  // namespace mxmoe::cli

@@ -1,4 +1,4 @@
-// mxmoe: command-line front end (info, run, bench).
+// mxmoe: command-line front end (info, run, bench, load).
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
       {"info", mxmoe::cli::add_info(app)},
       {"run", mxmoe::cli::add_run(app)},
       {"bench", mxmoe::cli::add_bench(app)},
+      {"load", mxmoe::cli::add_load(app)},
   };
   try {
     app.parse(argc, argv);

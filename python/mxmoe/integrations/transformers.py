@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .. import _library
-from ..moe import MoE
+from ..moe import MoE, load_layers
 
 
 class GptOssMoE(nn.Module):
@@ -67,16 +67,27 @@ def replace_experts(model, checkpoint=None, backend="auto"):
     if layers is None:
         raise ValueError("mxmoe: the model has no .layers (expected a transformers GPT-OSS model)")
     config = getattr(model, "config", None)
+    blocks = [(i, layer) for i, layer in enumerate(layers) if _is_gpt_oss_mlp(getattr(layer, "mlp", None))]
+    loaded = {}
+    if checkpoint is not None:
+        # One load_layers per (device, top-k): the files are read once, in parallel, and
+        # prepared on the device.
+        groups = {}
+        for i, layer in blocks:
+            router = layer.mlp.router
+            topk = int(getattr(router, "top_k", getattr(config, "num_experts_per_tok", 4)))
+            groups.setdefault((router.weight.device, topk), []).append(i)
+        for (device, topk), ids in groups.items():
+            loaded.update(zip(ids, load_layers(checkpoint, ids, backend=backend, device=device, topk=topk,
+                                               progress=False)))
     replaced = 0
-    for i, layer in enumerate(layers):
-        mlp = getattr(layer, "mlp", None)
-        if not _is_gpt_oss_mlp(mlp):
-            continue
+    for i, layer in blocks:
+        mlp = layer.mlp
         router, experts = mlp.router, mlp.experts
         device = router.weight.device
         topk = int(getattr(router, "top_k", getattr(config, "num_experts_per_tok", 4)))
         if checkpoint is not None:
-            moe = MoE.from_checkpoint(checkpoint, i, backend=backend, device=device, topk=topk)
+            moe = loaded[i]
         else:
             gu_blocks, gu_scales, down_blocks, down_scales = _expert_tensors(experts)
             moe = MoE.from_tensors(router.weight, router.bias, gu_blocks, gu_scales, experts.gate_up_proj_bias,

@@ -1,20 +1,17 @@
-// The Blackwell backends as Backend objects: the weights of a stacked plan
-// ([up; gate] halves) with their scales packed into the block-scaled layout
-// expert by expert, uploaded in one allocation (optionally inside poisoned
-// margins), and driven through the shared device backend.
+// The Blackwell backends as Backend objects: the device image of a stacked
+// plan ([up; gate] halves, the scales packed into the block-scaled layout
+// expert by expert: src/cuda/prepare/device_image.h), driven through the
+// shared device backend.
 #include "cuda/blockscaled/blockscaled_backend.h"
 
 #include <algorithm>
-#include <vector>
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include "cuda/blockscaled/smxx_emulated_grouped_gemm.h"
 #include "cuda/common/smxx_moe_kernels.h"
-#include "cuda/common/upload_pieces.h"
 #include "mxmoe/format.h"
-#include "prepare/blockscaled_scales.h"
 #ifdef MXMOE_WITH_SM100
 #include "cuda/sm100/sm100_grouped_gemm.h"
 #endif
@@ -29,20 +26,6 @@ namespace {
 Status cuda_check(cudaError_t err, const char* who, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
   return Status::CudaError(fmt::format("{}: {}: {}", who, what, cudaGetErrorString(err)));
-}
-
-// The dense scales ([E][rows][k_blocks], then the plan's neutral rows) packed
-// expert by expert.
-Status packed_scales(const std::vector<uint8_t>& dense, int64_t E, int64_t rows, int64_t k_blocks,
-                     std::vector<uint8_t>* out) {
-  const int64_t per = blockscaled_scale_bytes(rows, k_blocks);
-  if (int64_t(dense.size()) < E * rows * k_blocks)
-    return Status::InvalidArgument("block-scaled scales: fewer dense scales than the plan's experts hold");
-  out->resize(size_t(E * per));
-  for (int64_t e = 0; e < E; ++e)
-    MXMOE_RETURN_IF_ERROR(pack_blockscaled_scales(dense.data() + e * rows * k_blocks, rows, k_blocks, k_blocks,
-                                                  out->data() + e * per));
-  return Status::Ok();
 }
 
 class BlockscaledForward final : public smxx::DeviceForward {
@@ -106,61 +89,46 @@ Status check_device(BackendKind kind, bool emulate_gemm) {
 
 Status make_forward(BackendKind kind, const PreparedWeights& prep, const ActivationOptions& activations,
                     bool emulate_gemm, int64_t poison_margin_bytes, std::unique_ptr<smxx::DeviceForward>* out) {
+  MXMOE_RETURN_IF_ERROR(check_device(kind, emulate_gemm));
+  smxx::DeviceImage image;
+  MXMOE_RETURN_IF_ERROR(
+      smxx::upload_image(prep, ScaleImage::kBlockscaled, poison_margin_bytes, backend_name(kind), &image));
+  return make_forward(kind, image, activations, emulate_gemm, out);
+}
+
+Status make_forward(BackendKind kind, const smxx::DeviceImage& image, const ActivationOptions& activations,
+                    bool emulate_gemm, std::unique_ptr<smxx::DeviceForward>* out) {
   const char* who = backend_name(kind);
   MXMOE_RETURN_IF_ERROR(check_device(kind, emulate_gemm));
   if (activations.format != ActivationFormat::kMxfp8)
     return Status::Unsupported(fmt::format("{}: its GEMMs consume mxfp8 activations, not {}", who,
                                            activation_format_name(activations.format)));
-  const PreparePlan& plan = prep.plan;
+  const PreparePlan& plan = image.plan;
   if (plan.w13_layout != W13Layout::kStackedUpGate || plan.swizzle != WeightSwizzle::kNone ||
-      plan.hidden_padded % 128 != 0 || plan.intermediate_padded % 128 != 0)
+      plan.hidden_padded % 128 != 0 || plan.intermediate_padded % 128 != 0 || image.scales != ScaleImage::kBlockscaled)
     return Status::InvalidArgument(fmt::format("{}: weights must come from its plan ([up; gate], padded to 128)", who));
-  const MoeWeights& p = prep.weights;
-  const int64_t E = plan.shape.experts, Hp = plan.hidden_padded, Ip = plan.intermediate_padded;
   GemmRunner gemm;
   gemm.gemm = emulate_gemm ? emulated_grouped_gemm() : *arch_gemm(kind);
   MXMOE_RETURN_IF_ERROR(smxx::sm_count(who, &gemm.sms));
-  gemm.gemm_workspace = gemm.gemm.workspace_bytes(int(E), gemm.sms);
-
-  // Only the scales change layout (packed expert by expert); the other
-  // tensors go up straight from the prepared weights, so the host holds no
-  // second copy of the codes.
-  std::vector<uint8_t> w13_scales, w2_scales;
-  MXMOE_RETURN_IF_ERROR(packed_scales(p.w13_scales, E, 2 * Ip, Hp / kMxBlock, &w13_scales));
-  MXMOE_RETURN_IF_ERROR(packed_scales(p.w2_scales, E, Hp, Ip / kMxBlock, &w2_scales));
-  const void* src_of[] = {p.w13_codes.data(), w13_scales.data(), p.b13.data(), p.w2_codes.data(),
-                          w2_scales.data(),   p.b2.data(),       p.router_weight.data(), p.router_bias.data()};
-  std::vector<smxx::UploadPiece> pieces = {
-      {p.w13_codes.size(), 0x77, false},     {w13_scales.size(), kE8M0NaN, false}, {p.b13.size() * 2, 0, true},
-      {p.w2_codes.size(), 0x77, false},      {w2_scales.size(), kE8M0NaN, false},  {p.b2.size() * 2, 0, true},
-      {p.router_weight.size() * 2, 0, true}, {p.router_bias.size() * 2, 0, true}};
-  const size_t margin = size_t((std::max<int64_t>(poison_margin_bytes, 0) + 255) / 256 * 256);
-  auto storage = std::make_shared<smxx::DeviceBuffer>();
-  MXMOE_RETURN_IF_ERROR(storage->reserve(smxx::lay_out_pieces(&pieces, margin)));
-  uint8_t* dev = storage->as<uint8_t>();
-  MXMOE_RETURN_IF_ERROR(smxx::write_margins(dev, pieces, margin, who));
-  for (size_t i = 0; i < pieces.size(); ++i)
-    if (pieces[i].bytes)
-      MXMOE_RETURN_IF_ERROR(cuda_check(
-          cudaMemcpy(dev + pieces[i].off, src_of[i], pieces[i].bytes, cudaMemcpyHostToDevice), who, "upload"));
+  gemm.gemm_workspace = gemm.gemm.workspace_bytes(int(plan.shape.experts), gemm.sms);
   DeviceWeights w;
   w.who = who;
   w.shape = plan.shape;
-  w.hidden_padded = Hp;
-  w.intermediate_padded = Ip;
-  w.swiglu = p.swiglu;
+  w.hidden_padded = plan.hidden_padded;
+  w.intermediate_padded = plan.intermediate_padded;
+  w.swiglu = image.swiglu;
   w.mxfp8_scale_rule = activations.mxfp8_scale_rule;
-  w.w13_codes = dev + pieces[0].off;
-  w.w13_scales = dev + pieces[1].off;
-  w.b13 = reinterpret_cast<const uint16_t*>(dev + pieces[2].off);
-  w.w2_codes = dev + pieces[3].off;
-  w.w2_scales = dev + pieces[4].off;
-  w.b2 = reinterpret_cast<const uint16_t*>(dev + pieces[5].off);
-  if (!p.router_weight.empty()) {
-    w.router_weight = reinterpret_cast<const uint16_t*>(dev + pieces[6].off);
-    w.router_bias = reinterpret_cast<const uint16_t*>(dev + pieces[7].off);
+  w.w13_codes = image.piece[kW13Codes];
+  w.w13_scales = image.piece[kW13Scales];
+  w.b13 = reinterpret_cast<const uint16_t*>(image.piece[kB13]);
+  w.w2_codes = image.piece[kW2Codes];
+  w.w2_scales = image.piece[kW2Scales];
+  w.b2 = reinterpret_cast<const uint16_t*>(image.piece[kB2]);
+  if (image.has_router) {
+    w.router_weight = reinterpret_cast<const uint16_t*>(image.piece[kRouterWeight]);
+    w.router_bias = reinterpret_cast<const uint16_t*>(image.piece[kRouterBias]);
   }
-  *out = std::make_unique<BlockscaledForward>(w, gemm, std::move(storage));
+  *out = std::make_unique<BlockscaledForward>(w, gemm, image.storage);
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 
 #include "cuda/blockscaled/blockscaled_launcher.h"
 #include "cuda/common/device_backend.h"
+#include "cuda/prepare/device_image.h"
 #include "mxmoe/backend.h"
 #include "mxmoe/prepare.h"
 
@@ -42,6 +43,9 @@ Status check_device(BackendKind kind, bool emulate_gemm);
 // current device.
 Status make_forward(BackendKind kind, const PreparedWeights& prepared, const ActivationOptions& activations,
                     bool emulate_gemm, int64_t poison_margin_bytes, std::unique_ptr<smxx::DeviceForward>* out);
+// The same over a device image of kind's plan (ScaleImage::kBlockscaled).
+Status make_forward(BackendKind kind, const smxx::DeviceImage& image, const ActivationOptions& activations,
+                    bool emulate_gemm, std::unique_ptr<smxx::DeviceForward>* out);
 
 }  // namespace blockscaled
 }  // namespace mxmoe

@@ -9,6 +9,8 @@
 #include "cuda/common/device_backend.h"
 #include "cuda/common/eager_graphs.h"
 #include "cuda/portable/portable_backend.h"
+#include "cuda/prepare/device_image.h"
+#include "cuda/prepare/staged_weights.h"
 #ifdef MXMOE_WITH_BLOCKSCALED
 #include "cuda/blockscaled/blockscaled_backend.h"
 #endif
@@ -133,24 +135,29 @@ Status create_device_layer(BackendKind kind, std::string reason, int device, con
   const char* who = backend_name(kind);
   DeviceGuard guard;
   MXMOE_RETURN_IF_ERROR(guard.enter(device, who));
-  PreparedWeights prep;
-  MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(kind, weights.shape), weights, &prep));
+  // The weights are prepared on the device (src/cuda/prepare/): straight from
+  // the caller's device memory, or from host memory staged there first.
+  smxx::StagedWeights staged;
+  MXMOE_RETURN_IF_ERROR(smxx::stage_weights(weights, device, who, &staged));
+  smxx::DeviceImage image;
+  MXMOE_RETURN_IF_ERROR(smxx::prepare_image(make_plan(kind, weights.shape), scale_image_of(kind), staged.view, 0, who,
+                                            staged.stream, &image));
+  staged = {};  // the staging copy goes before the forward is built
   std::unique_ptr<smxx::DeviceForward> forward;
   switch (kind) {
-    case BackendKind::kPortable: MXMOE_RETURN_IF_ERROR(portable::make_forward(prep, 0, &forward)); break;
+    case BackendKind::kPortable: MXMOE_RETURN_IF_ERROR(portable::make_forward(image, &forward)); break;
 #ifdef MXMOE_WITH_SM90
-    case BackendKind::kSm90: MXMOE_RETURN_IF_ERROR(sm90::make_forward(prep, 0, {}, &forward)); break;
+    case BackendKind::kSm90: MXMOE_RETURN_IF_ERROR(sm90::make_forward(image, {}, &forward)); break;
 #endif
 #ifdef MXMOE_WITH_BLOCKSCALED
     case BackendKind::kSm100:
     case BackendKind::kSm120:
-      MXMOE_RETURN_IF_ERROR(blockscaled::make_forward(kind, prep, activations, false, 0, &forward));
+      MXMOE_RETURN_IF_ERROR(blockscaled::make_forward(kind, image, activations, false, &forward));
       break;
 #endif
     default: return Status::Unsupported(fmt::format("{}: no device layer in this build", who));
   }
-  const bool has_router = !prep.weights.router_weight.empty();
-  *out = std::make_unique<DeviceLayer>(kind, std::move(reason), device, weights.shape, has_router,
+  *out = std::make_unique<DeviceLayer>(kind, std::move(reason), device, weights.shape, image.has_router,
                                        std::move(forward));
   return Status::Ok();
 }

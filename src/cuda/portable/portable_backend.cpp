@@ -5,14 +5,12 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <string_view>
-#include <vector>
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "cuda/common/upload_pieces.h"
+#include "cuda/prepare/device_image.h"
 #include "cuda/portable/portable_launcher.h"
 #include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
@@ -24,7 +22,6 @@ Status cuda_check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
   return Status::CudaError(fmt::format("portable: {}: {}", what, cudaGetErrorString(err)));
 }
-#define PORTABLE_CUDA(expr) MXMOE_RETURN_IF_ERROR(cuda_check((expr), #expr))
 
 // The portable forward over weights uploaded by upload_weights.
 class PortableForward final : public smxx::DeviceForward {
@@ -43,76 +40,40 @@ class PortableForward final : public smxx::DeviceForward {
 
 }  // namespace
 
-Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_margin_bytes,
-                                UploadedWeights* out) {
-  const PreparePlan& plan = prep.plan;
-  const MoeWeights& p = prep.weights;
-  const size_t margin = size_t((std::max<int64_t>(poison_margin_bytes, 0) + 255) / 256 * 256);
+Status portable::weights_from_image(const smxx::DeviceImage& img, UploadedWeights* out) {
+  const PreparePlan& plan = img.plan;
+  if (plan.swizzle != WeightSwizzle::kMmaRowGroups16 && plan.swizzle != WeightSwizzle::kMmaRowTiles128)
+    return Status::InvalidArgument("portable: the kernels read codes in fragment order; the plan has none");
+  if (img.scales != ScaleImage::kPlanOrder)
+    return Status::InvalidArgument("portable: the kernels read scales in the plan's order");
   DeviceWeights& dw = out->view;
   dw = DeviceWeights{};
   dw.shape = plan.shape;
   dw.hidden_padded = plan.hidden_padded;
   dw.intermediate_padded = plan.intermediate_padded;
-  dw.swiglu = p.swiglu;
+  dw.swiglu = img.swiglu;
   dw.w13_layout = plan.w13_layout;  // moe_forward checks it is one the kernels read
-  if (plan.swizzle != WeightSwizzle::kMmaRowGroups16 && plan.swizzle != WeightSwizzle::kMmaRowTiles128)
-    return Status::InvalidArgument("portable: the kernels read codes in fragment order; the plan has none");
   dw.swizzle = plan.swizzle;
-  // One allocation holds every tensor, each inside its own poisoned margins.
-  const void* src_of[] = {p.w13_codes.data(), p.w13_scales.data(), p.b13.data(), p.w2_codes.data(),
-                          p.w2_scales.data(), p.b2.data(), p.router_weight.data(), p.router_bias.data()};
-  std::vector<smxx::UploadPiece> pieces = {
-      {p.w13_codes.size(), 0x77, false},       {p.w13_scales.size(), kE8M0NaN, false},
-      {p.b13.size() * 2, 0, true},             {p.w2_codes.size(), 0x77, false},
-      {p.w2_scales.size(), kE8M0NaN, false},   {p.b2.size() * 2, 0, true},
-      {p.router_weight.size() * 2, 0, true},   {p.router_bias.size() * 2, 0, true},
-  };
-  auto storage = std::make_shared<smxx::DeviceBuffer>();
-  MXMOE_RETURN_IF_ERROR(storage->reserve(smxx::lay_out_pieces(&pieces, margin)));
-  uint8_t* dev = storage->as<uint8_t>();
-  MXMOE_RETURN_IF_ERROR(smxx::write_margins(dev, pieces, margin, "portable"));
-  // Each piece goes up on its own, so the host holds at most one staging chunk
-  // beside the prepared weights (not a second copy of the whole layer).
-  const int64_t E = plan.shape.experts;
-  const struct { int64_t rows, cols; } code_shape[2] = {
-      {E * 2 * plan.intermediate_padded, plan.hidden_padded},   // pieces[0], w13
-      {E * plan.hidden_padded, plan.intermediate_padded}};      // pieces[3], w2
-  std::vector<uint8_t> stage;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const smxx::UploadPiece& pc = pieces[i];
-    if (pc.bytes == 0) continue;
-    const bool codes = i == 0 || i == 3, scales = i == 1 || i == 4;
-    if (!codes && !scales) {
-      PORTABLE_CUDA(cudaMemcpy(dev + pc.off, src_of[i], pc.bytes, cudaMemcpyHostToDevice));
-      continue;
-    }
-    // Codes and scales: the kernels read them in the plan's fragment orders;
-    // swizzle whole 128-row tiles (or the last rows) at most 64 MB at a time.
-    const auto [rows, cols] = code_shape[i < 3 ? 0 : 1];
-    const int64_t row_bytes = codes ? cols / 2 : cols / kMxBlock;
-    const int64_t chunk_rows = std::max<int64_t>(128, (int64_t(64) << 20) / row_bytes / 128 * 128);
-    const uint8_t* src = static_cast<const uint8_t*>(src_of[i]);
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
-      const int64_t nr = std::min(chunk_rows, rows - r0);
-      stage.resize(size_t(nr * row_bytes));
-      MXMOE_RETURN_IF_ERROR(codes ? swizzle_codes(plan.swizzle, src + r0 * row_bytes, nr, cols, stage.data())
-                                  : swizzle_scales(plan.swizzle, src + r0 * row_bytes, nr, cols, stage.data()));
-      PORTABLE_CUDA(cudaMemcpy(dev + pc.off + r0 * row_bytes, stage.data(), stage.size(), cudaMemcpyHostToDevice));
-    }
+  dw.w13_codes = img.piece[kW13Codes];
+  dw.w13_scales = img.piece[kW13Scales];
+  dw.b13 = reinterpret_cast<const uint16_t*>(img.piece[kB13]);
+  dw.w2_codes = img.piece[kW2Codes];
+  dw.w2_scales = img.piece[kW2Scales];
+  dw.b2 = reinterpret_cast<const uint16_t*>(img.piece[kB2]);
+  if (img.has_router) {
+    dw.router_weight = reinterpret_cast<const uint16_t*>(img.piece[kRouterWeight]);
+    dw.router_bias = reinterpret_cast<const uint16_t*>(img.piece[kRouterBias]);
   }
-  const uint8_t* base = storage->as<uint8_t>();
-  dw.w13_codes = base + pieces[0].off;
-  dw.w13_scales = base + pieces[1].off;
-  dw.b13 = reinterpret_cast<const uint16_t*>(base + pieces[2].off);
-  dw.w2_codes = base + pieces[3].off;
-  dw.w2_scales = base + pieces[4].off;
-  dw.b2 = reinterpret_cast<const uint16_t*>(base + pieces[5].off);
-  if (!p.router_weight.empty()) {
-    dw.router_weight = reinterpret_cast<const uint16_t*>(base + pieces[6].off);
-    dw.router_bias = reinterpret_cast<const uint16_t*>(base + pieces[7].off);
-  }
-  out->storage = std::move(storage);
+  out->storage = img.storage;
   return Status::Ok();
+}
+
+Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_margin_bytes, UploadedWeights* out) {
+  if (prep.plan.swizzle != WeightSwizzle::kMmaRowGroups16 && prep.plan.swizzle != WeightSwizzle::kMmaRowTiles128)
+    return Status::InvalidArgument("portable: the kernels read codes in fragment order; the plan has none");
+  smxx::DeviceImage img;
+  MXMOE_RETURN_IF_ERROR(smxx::upload_image(prep, ScaleImage::kPlanOrder, poison_margin_bytes, "portable", &img));
+  return weights_from_image(img, out);
 }
 
 portable::Overrides portable::overrides_from_env(Overrides o) {
@@ -129,6 +90,14 @@ Status portable::make_forward(const PreparedWeights& prepared, int64_t poison_ma
                               std::unique_ptr<smxx::DeviceForward>* out, const Overrides& overrides) {
   portable::UploadedWeights up;
   MXMOE_RETURN_IF_ERROR(portable::upload_weights(prepared, poison_margin_bytes, &up));
+  *out = std::make_unique<PortableForward>(std::move(up), overrides_from_env(overrides));
+  return Status::Ok();
+}
+
+Status portable::make_forward(const smxx::DeviceImage& image, std::unique_ptr<smxx::DeviceForward>* out,
+                              const Overrides& overrides) {
+  portable::UploadedWeights up;
+  MXMOE_RETURN_IF_ERROR(portable::weights_from_image(image, &up));
   *out = std::make_unique<PortableForward>(std::move(up), overrides_from_env(overrides));
   return Status::Ok();
 }

@@ -7,6 +7,7 @@
 
 #include "cuda/common/device_backend.h"
 #include "cuda/portable/portable_launcher.h"
+#include "cuda/prepare/device_image.h"
 #include "mxmoe/backend.h"
 #include "mxmoe/prepare.h"
 
@@ -42,6 +43,14 @@ struct UploadedWeights {
 // router pointers are null when `prepared` holds no router.
 Status upload_weights(const PreparedWeights& prepared, int64_t poison_margin_bytes,
                       UploadedWeights* out);
+
+// The portable kernels' view of a device image of a portable or sm90 plan
+// (src/cuda/prepare/device_image.h); `out` shares the image's allocation.
+Status weights_from_image(const smxx::DeviceImage& image, UploadedWeights* out);
+
+// The portable forward over a device image of a portable plan.
+Status make_forward(const smxx::DeviceImage& image, std::unique_ptr<smxx::DeviceForward>* out,
+                    const Overrides& overrides = {});
 
 // Uploads `prepared` (a portable plan or shard) and returns the portable
 // forward over it on the current device; `overrides` as in PortableOptions.

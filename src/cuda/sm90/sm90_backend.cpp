@@ -19,11 +19,6 @@ namespace {
 
 Status cuda_check(cudaError_t err, const char* what) { return smxx::cuda_status(err, "sm90", what); }
 
-// Whether some scale byte is >= 128 (the dequantisation's two-multiply path).
-bool any_large_scale(const std::vector<uint8_t>& scales) {
-  return std::any_of(scales.begin(), scales.end(), [](uint8_t s) { return s >= 128; });
-}
-
 sm90::Overrides overrides_from_env(sm90::Overrides o) {
   if (o.path == 0)
     if (const char* v = std::getenv("MXMOE_SM90_PATH")) {
@@ -84,12 +79,18 @@ Status create_sm90_backend(const MoeWeightsView& weights, const Sm90Options& opt
 
 Status sm90::make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes, const Overrides& overrides,
                           std::unique_ptr<smxx::DeviceForward>* out) {
+  smxx::DeviceImage image;
+  MXMOE_RETURN_IF_ERROR(smxx::upload_image(prepared, ScaleImage::kPlanOrder, poison_margin_bytes, "sm90", &image));
+  return make_forward(image, overrides, out);
+}
+
+Status sm90::make_forward(const smxx::DeviceImage& image, const Overrides& overrides,
+                          std::unique_ptr<smxx::DeviceForward>* out) {
   MXMOE_RETURN_IF_ERROR(init_kernels());
-  const bool w13_large = any_large_scale(prepared.weights.w13_scales);
-  const bool w2_large = any_large_scale(prepared.weights.w2_scales);
   portable::UploadedWeights up;
-  MXMOE_RETURN_IF_ERROR(portable::upload_weights(prepared, poison_margin_bytes, &up));
-  *out = std::make_unique<Sm90Forward>(std::move(up), w13_large, w2_large, overrides_from_env(overrides));
+  MXMOE_RETURN_IF_ERROR(portable::weights_from_image(image, &up));
+  *out = std::make_unique<Sm90Forward>(std::move(up), image.w13_large_scales, image.w2_large_scales,
+                                       overrides_from_env(overrides));
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cuda/common/device_backend.h"
+#include "cuda/prepare/device_image.h"
 #include "cuda/sm90/heuristics.h"
 #include "mxmoe/backend.h"
 #include "mxmoe/prepare.h"
@@ -31,6 +32,9 @@ namespace sm90 {
 // over it on the current device, which must be an SM90 GPU; `overrides` as in
 // Sm90Options.
 Status make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes, const Overrides& overrides,
+                    std::unique_ptr<smxx::DeviceForward>* out);
+// The same over a device image of an sm90 plan (src/cuda/prepare/device_image.h).
+Status make_forward(const smxx::DeviceImage& image, const Overrides& overrides,
                     std::unique_ptr<smxx::DeviceForward>* out);
 
 }  // namespace sm90

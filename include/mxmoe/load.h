@@ -1,0 +1,47 @@
+// Every MoE layer of a GPT-OSS checkpoint, ready on one device: the files are
+// read with parallel reads into pinned staging (two layers' worth of host
+// memory), each layer uploaded while the next is read, and prepared on the
+// GPU (src/cuda/prepare/), or on the CPU for device -1.
+//
+//   std::vector<std::unique_ptr<MoeLayer>> layers;
+//   load_layers("/models/gpt-oss-20b", {}, {.device = 0}, &layers);
+//
+// Memory besides the layers themselves: on a GPU, two pinned host buffers of
+// one layer's checkpoint bytes each and one such buffer on the device (freed
+// at the end); on the CPU the layers are prepared from the mapped files.
+// Errors name the layer (a truncated or inconsistent checkpoint, a NaN scale,
+// a device out of memory); after an error no layer and no buffer is left.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mxmoe/layer.h"
+
+namespace mxmoe {
+
+struct LoadOptions {
+  std::string backend = "auto";  // as LayerOptions
+  int device = -1;               // CUDA device index, or -1 for the CPU
+  std::optional<int64_t> topk;   // overrides the checkpoint's
+  ActivationOptions activations;
+  // Called after each layer with (layers done, layers asked for); may be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
+  int read_threads = 8;  // parallel reads of one layer's bytes (NVMe rewards several in flight)
+};
+
+struct LoadStats {
+  double seconds = 0;
+  int64_t bytes = 0;               // checkpoint bytes of the layers loaded
+  int64_t staging_host_bytes = 0;  // pinned host staging held (GPU loads)
+};
+
+// `layers` empty: every MoE layer of the checkpoint, in order; else those listed.
+Status load_layers(const std::string& path, const std::vector<int64_t>& layers, const LoadOptions& options,
+                   std::vector<std::unique_ptr<MoeLayer>>* out, LoadStats* stats = nullptr);
+
+}  // namespace mxmoe
