@@ -113,18 +113,23 @@ def time_ms(fn, warmup, iters):
 
 
 def host_us(fn, warmup, iters):
-    """Median host time of one eager fn() in microseconds: the wall time of the call, which enqueues
-    the GPU work without waiting for it (the GPU is waited for between calls, outside the timing)."""
+    """Median host time of one eager fn() in microseconds (the wall time of the call, which
+    enqueues the GPU work without waiting for it; the GPU is waited for between calls, outside the
+    timing), and that of torch.empty(1, H) in the same turns: the host's speed drifts by 2-3x over
+    minutes (a VM's share of its CPUs), and the reference shows by how much."""
+    ref = lambda: torch.empty(1, H, dtype=torch.bfloat16, device=DEVICE)
     for _ in range(warmup):
         fn()
+        ref()
     torch.cuda.synchronize()
-    times = []
+    times, ref_times = [], []
     for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(times)
+        for call, into in ((fn, times), (ref, ref_times)):
+            t0 = time.perf_counter()
+            call()
+            into.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+    return statistics.median(times), statistics.median(ref_times)
 
 
 def measure(model, ids, args):
@@ -145,9 +150,11 @@ def measure(model, ids, args):
         x_dec = x_pre[:, :1].clone()
         block_pre_ms, _ = time_ms(lambda: mlp(x_pre), args.warmup, args.iters)
         block_dec_ms, _ = time_ms(lambda: mlp(x_dec), args.warmup, args.decode_iters)
-        block_dec_host_us = host_us(lambda: mlp(x_dec), args.warmup, max(args.decode_iters, 200))
+        block_dec_host_us, empty_host_us = host_us(lambda: mlp(x_dec), max(args.warmup, 200),
+                                                   max(args.decode_iters, 1000))
     out.update(prefill_ms=prefill_ms, decode_ms=decode_ms, block_prefill_ms=block_pre_ms,
-               block_decode_ms=block_dec_ms, block_decode_host_us=block_dec_host_us, prefill_all_ms=prefill_all,
+               block_decode_ms=block_dec_ms, block_decode_host_us=block_dec_host_us,
+               empty_host_us=empty_host_us, prefill_all_ms=prefill_all,
                decode_all_ms=decode_all)
     return out
 
@@ -298,7 +305,7 @@ def main():
             "prefill_ms": r["prefill_ms"], "prefill_tok_s": args.prefill / (r["prefill_ms"] * 1e-3),
             "decode_ms": r["decode_ms"], "decode_tok_s": 1 / (r["decode_ms"] * 1e-3),
             "moe_block_prefill_ms": r["block_prefill_ms"], "moe_block_decode_ms": r["block_decode_ms"],
-            "moe_block_decode_host_us": r["block_decode_host_us"],
+            "moe_block_decode_host_us": r["block_decode_host_us"], "torch_empty_host_us": r["empty_host_us"],
             "prefill_all_ms": r["prefill_all_ms"], "decode_all_ms": r["decode_all_ms"],
         }
 
@@ -333,7 +340,8 @@ def main():
               f"{r['decode_tok_s']:.0f} | {r['moe_block_prefill_ms']:.3f} | {r['moe_block_decode_ms']:.3f} |")
     t, m = result["transformers"], result["mxmoe"]
     print(f"MoE block, 1 token, eager host time per call (GPU not waited for): transformers "
-          f"{t['moe_block_decode_host_us']:.1f} us, mxmoe {m['moe_block_decode_host_us']:.1f} us")
+          f"{t['moe_block_decode_host_us']:.1f} us, mxmoe {m['moe_block_decode_host_us']:.1f} us (torch.empty(1, H) "
+          f"in the same turns: {t['torch_empty_host_us']:.1f} and {m['torch_empty_host_us']:.1f} us)")
     print(f"mxmoe / transformers: prefill {m['prefill_tok_s'] / t['prefill_tok_s']:.2f}x tok/s, decode "
           f"{m['decode_tok_s'] / t['decode_tok_s']:.2f}x tok/s; MoE block {t['moe_block_prefill_ms'] / m['moe_block_prefill_ms']:.2f}x "
           f"(prefill), {t['moe_block_decode_ms'] / m['moe_block_decode_ms']:.2f}x (decode) faster")

@@ -26,20 +26,24 @@ def weights(seed=0):
                 down_bias=bf16((E, H), 0.1))
 
 
-def host_us(call, samples=2000, warmup_s=0.5):
-    """Median wall time of one call in microseconds, the GPU waited for between calls (untimed),
-    after warm-up calls for `warmup_s` seconds (the host's first few hundred calls run slower)."""
+def host_us(calls, samples=2000, warmup_s=0.5):
+    """Median wall time of one call of each of `calls` in microseconds, the GPU waited for between
+    calls (untimed), after warm-up calls for `warmup_s` seconds. The calls take turns, so that
+    each sees the same host: the host's speed drifts by 2-3x over minutes (a VM's share of its
+    CPUs), which the reference call in the same turns (torch.empty) shows."""
     t_end = time.perf_counter() + warmup_s
     while time.perf_counter() < t_end:
-        call()
+        for call in calls:
+            call()
         torch.cuda.synchronize()
-    host = []
+    host = [[] for _ in calls]
     for _ in range(samples):
-        t0 = time.perf_counter()
-        call()
-        host.append((time.perf_counter() - t0) * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(host)
+        for call, times in zip(calls, host):
+            t0 = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+    return [statistics.median(times) for times in host]
 
 
 def main():
@@ -52,12 +56,12 @@ def main():
             moe.workspace_bytes(1), device="cuda", dtype=torch.uint8)
         ids = torch.tensor([[0, 5, 9, 17]], dtype=torch.int32, device="cuda")
         wts = torch.full((1, K), 0.25, device="cuda")
-        for what, call in (("MoE.forward", lambda: moe(x)),
-                           ("the op, tensors given", lambda: torch.ops.mxmoe.forward(x, None, None, moe._layer, out,
-                                                                                     ws)),
-                           ("the op, caller's routing", lambda: torch.ops.mxmoe.forward(x, ids, wts, moe._layer, out,
-                                                                                        ws))):
-            print(f"{backend}: eager host time per call at T=1 ({what}): median {host_us(call):.1f} us")
+        calls = {"MoE.forward": lambda: moe(x),
+                 "the op, tensors given": lambda: torch.ops.mxmoe.forward(x, None, None, moe._layer, out, ws),
+                 "the op, caller's routing": lambda: torch.ops.mxmoe.forward(x, ids, wts, moe._layer, out, ws),
+                 "torch.empty(1, H), for reference": lambda: torch.empty(1, H, device="cuda", dtype=torch.bfloat16)}
+        for what, us in zip(calls, host_us(list(calls.values()))):
+            print(f"{backend}: eager host time per call at T=1 ({what}): median {us:.1f} us")
         for T in (1, 64, 4096):
             x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
             g = torch.Generator().manual_seed(T)
