@@ -3,6 +3,8 @@ and under torch.compile(mode="reduce-overhead") (CUDA graphs made by torch). Ski
 import pytest
 import torch
 
+import mxmoe
+
 from test_moe import H, K, E, SEED, Block, layer_tensors, make_moe, rel_l2
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU test skipped: torch sees no CUDA device")
@@ -158,3 +160,24 @@ def test_from_tensors_refuses_tensors_on_another_gpu_and_names_bad_scales():
     bad["down_proj_scales"][1, 5, 0] = 0xFF
     with pytest.raises(ValueError, match=r"w2 scales: byte 0xFF \(NaN\) at expert 1, row 5, block 0"):
         make_moe(bad, "cuda")
+
+
+def test_load_layers_runs_out_of_device_memory(tmp_path):
+    """A device that runs out of memory partway through a load: an error naming the layer, and
+    every byte the load took given back (the layers loaded before it included)."""
+    from tiny_gpt_oss import write_tiny_gpt_oss
+    layers = 8
+    write_tiny_gpt_oss(tmp_path / "ckpt", layers=layers, hidden=1024, intermediate=1024, experts=16, topk=2)
+    mxmoe.load_layers(tmp_path / "ckpt", [0], device="cuda", progress=False)  # kernels loaded, pools warm
+    layer_bytes = (tmp_path / "ckpt" / "model.safetensors").stat().st_size // layers
+    torch.cuda.synchronize()
+    free, _ = torch.cuda.mem_get_info()
+    hog = torch.empty(free - int(3.5 * layer_bytes), dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    before, _ = torch.cuda.mem_get_info()
+    with pytest.raises((MemoryError, RuntimeError), match=r"layer [1-7]: .*(out of memory|cudaMalloc)"):
+        mxmoe.load_layers(tmp_path / "ckpt", device="cuda", progress=False)
+    torch.cuda.synchronize()
+    after, _ = torch.cuda.mem_get_info()
+    assert abs(after - before) <= 4 << 20, (before, after)
+    del hog
