@@ -18,8 +18,7 @@ namespace {
 // Calls that pass no workspace, up to this many bytes of it (decode and
 // small prefills: a few hundred KB at gpt-oss's T = 1), share one buffer per
 // stream, kept between calls: an allocation from torch costs 3.5-4 us of host
-// time on this class of host, as much as the rest of the op (H200,
-// 2026-12-02). Calls on one stream run in its order, so they can share it.
+// time on an H200 machine, as much as the rest of the op (2026-12-02). Calls on one stream run in its order, so they can share it.
 // The buffers are CUDA's stream-ordered allocations, not torch's: a tensor
 // kept between calls could come from a pool that torch lends only for a
 // while (a CUDA graph's, while torch.compile warms one up), and a buffer

@@ -1,9 +1,9 @@
-// A layer's eager forwards enqueued as CUDA graphs. On the hosts we serve
-// from (virtual machines) one cudaLaunchKernelEx costs 3.5-5 us of host time,
-// so a decode step's three kernels cost 10-16 us to enqueue, more than the
-// GPU takes for them; one cudaGraphLaunch of the same kernels costs 1.3-2 us
-// and updating one node's arguments in place 0.56 us (H200, 2026-12-02,
-// bench/host_overhead). A forward is recorded (recorded_launch.h), not
+// A layer's eager forwards enqueued as CUDA graphs. On an H200 machine (a
+// virtual machine) one cudaLaunchKernelEx costs 2.5-5 us of host time, so a
+// decode step's three kernels cost 8-16 us to enqueue, as much as the GPU
+// takes for a whole layer and more than for a TP shard (8-14 us); one
+// cudaGraphLaunch of the same kernels costs 1.1-2 us and updating one node's
+// arguments in place 0.35-0.56 us (2026-12-02, bench/host_overhead). A forward is recorded (recorded_launch.h), not
 // launched; its launches then go out as the graph captured for launches of
 // the same shape (kernels, grids, shared memory), with only the arguments
 // that changed since its last use set on the graph's nodes.

@@ -1,9 +1,9 @@
 // A kernel launch kept as data: the kernel, its configuration and a copy of
 // its arguments. While a LaunchRecording is active on a thread, launch_kernel
 // (pdl.cuh) records there instead of enqueueing, so a layer can hand a whole
-// forward to a CUDA graph (eager_graphs.h): on this class of host one
-// cudaLaunchKernelEx costs 3.5-5 us, a graph launch of the same kernels 1.3-2
-// us (bench/host_overhead, H200, 2026-12-02).
+// forward to a CUDA graph (eager_graphs.h): on an H200 machine one
+// cudaLaunchKernelEx costs 2.5-5 us of host time, a graph launch of the same
+// kernels 1.1-2 us (bench/host_overhead, 2026-12-02).
 #pragma once
 
 #include <cstddef>
