@@ -19,6 +19,7 @@
 #ifndef MXMOE_WITH_CUDA
 TEST(LayerGpu, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has no CUDA"; }
 #else
+#include "support/gpu_layers.h"
 namespace mxmoe {
 namespace {
 
@@ -26,25 +27,8 @@ using testing::l2_norm;
 using testing::random_floats;
 using testing::rel_l2;
 using testing::round_to_bf16;
-
-// A device allocation for one test.
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes ? bytes : 256), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  template <typename T> T* as() const { return static_cast<T*>(p); }
-};
-
-// The GPU backends that can run on device 0.
-std::vector<std::string> gpu_backends(const MoeShape& shape) {
-  std::vector<std::string> out;
-  for (BackendKind k : {BackendKind::kPortable, BackendKind::kSm90}) {
-    std::string why;
-    if (backend_available(k, dispatch_input_for_device(backend_name(k), shape, 0), &why))
-      out.push_back(backend_name(k));
-  }
-  return out;
-}
+using testing::Dev;
+using testing::gpu_backends;
 
 struct Case {
   MoeShape shape;

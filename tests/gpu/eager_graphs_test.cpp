@@ -24,6 +24,7 @@
 #ifndef MXMOE_WITH_CUDA
 TEST(EagerGraphs, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has no CUDA"; }
 #else
+#include "support/gpu_layers.h"
 #include "cuda/common/eager_graphs.h"
 #include "cuda/portable/portable_backend.h"
 #include "mxmoe/prepare.h"
@@ -34,25 +35,8 @@ namespace {
 using testing::random_floats;
 using testing::rel_l2;
 using testing::round_to_bf16;
-
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes ? bytes : 256), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <typename T> T* as() const { return static_cast<T*>(p); }
-};
-
-std::vector<std::string> gpu_backends(const MoeShape& shape) {
-  std::vector<std::string> out;
-  for (BackendKind k : {BackendKind::kPortable, BackendKind::kSm90}) {
-    std::string why;
-    if (backend_available(k, dispatch_input_for_device(backend_name(k), shape, 0), &why))
-      out.push_back(backend_name(k));
-  }
-  return out;
-}
+using testing::Dev;
+using testing::gpu_backends;
 
 // One token count's inputs on the device: two x, two routings.
 struct Inputs {
