@@ -10,6 +10,18 @@
 #include "prepare/layout_index.h"
 
 namespace mxmoe::cpu {
+namespace {
+
+// Whether `rows` rows of `n` bf16 values, `stride` apart, hold an Inf or NaN
+// (exponent bits all ones). No early exit, so the compiler vectorizes it.
+bool any_non_finite(const uint16_t* v, int64_t rows, int64_t n, int64_t stride) {
+  bool hit = false;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) hit |= (v[r * stride + i] & 0x7F80u) == 0x7F80u;
+  return hit;
+}
+
+}  // namespace
 
 Status pack_cpu_weights(const PreparePlan& plan, const MoeWeightsView& w, PackedWeights* out) {
   MXMOE_RETURN_IF_ERROR(validate_weights(w));
@@ -64,8 +76,12 @@ Status pack_cpu_weights(const PreparePlan& plan, const MoeWeightsView& w, Packed
       nan_scale = cpu16_group_scales(scales, I / 32, p.w2_scales.data() + g * I / 2) || nan_scale;
     }
   }
-  // The scan only says whether; the full check names the byte.
-  if (nan_scale) MXMOE_RETURN_IF_ERROR(validate_weight_values(w));
+  // The scans only say whether; the full check names the value.
+  const bool bad_bias = any_non_finite(w.b13, E, 2 * I, w.b13_expert_stride) ||
+                        any_non_finite(w.b2, E, H, w.b2_expert_stride) ||
+                        (w.router_weight && any_non_finite(w.router_weight, E, H, H)) ||
+                        (w.router_bias && any_non_finite(w.router_bias, 1, E, E));
+  if (nan_scale || bad_bias) MXMOE_RETURN_IF_ERROR(validate_weight_values(w));
 
   p.b13.resize(size_t(E * 2 * I));
   for (int64_t e = 0; e < E; ++e)

@@ -21,9 +21,10 @@ struct PackedWeights {
 };
 
 // `plan` is the cpu plan of `w`'s shape: it pads nothing (H and I are whole
-// MX blocks, its alignment), so every prepared row is a source row. A scale
-// byte 0xFF (E8M0 NaN, which the kernels would read as an Inf exponent) is
-// found in the same pass and reported with validate_weight_values' message.
+// MX blocks, its alignment), so every prepared row is a source row. Checks
+// the values as validate_weight_values does, with its messages: a scale byte
+// 0xFF (E8M0 NaN, which the kernels would read as an Inf exponent) is found
+// in the packing pass itself, the biases and router by a vectorized scan.
 Status pack_cpu_weights(const PreparePlan& plan, const MoeWeightsView& w, PackedWeights* out);
 
 }  // namespace mxmoe::cpu
