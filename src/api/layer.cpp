@@ -21,7 +21,7 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
     return Status::InvalidArgument(fmt::format("layer: device {} is neither a CUDA device index nor -1 (the CPU)",
                                                options.device));
   // Weights in device memory are checked on their device, as they are
-  // prepared (src/cuda/prepare/); host weights here.
+  // prepared (src/cuda/prepare/); host weights once the backend is known.
   int weights_on = -1;
 #ifdef MXMOE_WITH_CUDA
   MXMOE_RETURN_IF_ERROR(weights_device(weights, &weights_on));
@@ -31,7 +31,7 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
                                                weights_on,
                                                options.device < 0 ? std::string("the CPU")
                                                                   : fmt::format("CUDA device {}", options.device)));
-  MXMOE_RETURN_IF_ERROR(weights_on >= 0 ? validate_weights(weights) : validate_weight_values(weights));
+  MXMOE_RETURN_IF_ERROR(validate_weights(weights));
   if ((weights.router_weight == nullptr) != (weights.router_bias == nullptr))
     return Status::InvalidArgument("layer: router weight and bias must be given together (or neither)");
   DispatchInput in = dispatch_input_for_device(options.backend, weights.shape, options.device);
@@ -42,10 +42,14 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
     if (options.device >= 0)
       return Status::Unsupported(
           fmt::format("layer: no GPU backend can run on CUDA device {} ({})", options.device, pick.reason));
+    // The cpu backend checks the values in its packing pass (one read of
+    // the weights, not two).
     if (pick.backend == BackendKind::kCpu) return create_cpu_layer(pick.reason, weights, out);
+    MXMOE_RETURN_IF_ERROR(validate_weight_values(weights));
     return create_reference_layer(pick.reason, weights, options.activations, out);
   }
 #ifdef MXMOE_WITH_CUDA
+  if (weights_on < 0) MXMOE_RETURN_IF_ERROR(validate_weight_values(weights));
   return create_device_layer(pick.backend, pick.reason, options.device, weights, options.activations, out);
 #else
   return Status::Unsupported(fmt::format("layer: {} needs CUDA, which this build has not", backend_name(pick.backend)));

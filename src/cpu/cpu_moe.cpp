@@ -4,19 +4,12 @@
 
 #include <fmt/format.h>
 
+#include "cpu/cpu_pack.h"
 #include "cpu/cpu_work.h"
 #include "reference/topk.h"
 
 namespace mxmoe::cpu {
 namespace {
-
-// Copies `bytes` of prepared codes or scales into a huge-page buffer in the
-// kernels' order.
-Status pack(bool codes, const std::vector<uint8_t>& dense, int64_t rows, int64_t cols, HostBuffer* out) {
-  MXMOE_RETURN_IF_ERROR(HostBuffer::allocate(dense.size(), true, out));
-  return codes ? swizzle_codes(WeightSwizzle::kCpuRowGroups16, dense.data(), rows, cols, out->data())
-               : swizzle_scales(WeightSwizzle::kCpuRowGroups16, dense.data(), rows, cols, out->data());
-}
 
 // The workspace of a forward of T tokens, carved in 64-byte aligned pieces.
 struct Workspace {
@@ -87,24 +80,23 @@ Status CpuMoe::create(const MoeWeightsView& weights, CpuIsa isa, std::unique_ptr
   if (!cpu_isa_supported(isa))
     return Status::Unsupported(fmt::format("cpu: the {} kernels need {}, which this CPU lacks", cpu_isa_name(isa),
                                            cpu_isa_features(isa)));
-  // The kernels read an E8M0 byte as a float exponent: 0xFF would be Inf, not NaN.
-  MXMOE_RETURN_IF_ERROR(validate_weight_values(weights));
-  PreparedWeights prep;
-  MXMOE_RETURN_IF_ERROR(prepare_weights(make_plan(BackendKind::kCpu, weights.shape), weights, &prep));
+  // The kernels read an E8M0 byte as a float exponent, 0xFF as Inf, not NaN:
+  // the packing checks the values (validate_weight_values' messages).
+  const PreparePlan plan = make_plan(BackendKind::kCpu, weights.shape);
+  PackedWeights packed;
+  MXMOE_RETURN_IF_ERROR(pack_cpu_weights(plan, weights, &packed));
   auto m = std::unique_ptr<CpuMoe>(new CpuMoe());
-  m->plan_ = prep.plan;
+  m->plan_ = plan;
   m->kernels_ = &kernels_for(isa);
-  const MoeShape p = prep.plan.padded_shape();
-  MoeWeights& w = prep.weights;
-  MXMOE_RETURN_IF_ERROR(pack(true, w.w13_codes, p.experts * 2 * p.intermediate, p.hidden, &m->w13_codes_));
-  MXMOE_RETURN_IF_ERROR(pack(false, w.w13_scales, p.experts * 2 * p.intermediate, p.hidden, &m->w13_scales_));
-  MXMOE_RETURN_IF_ERROR(pack(true, w.w2_codes, p.experts * p.hidden, p.intermediate, &m->w2_codes_));
-  MXMOE_RETURN_IF_ERROR(pack(false, w.w2_scales, p.experts * p.hidden, p.intermediate, &m->w2_scales_));
-  m->b13_ = std::move(w.b13);
-  m->b2_ = std::move(w.b2);
-  m->router_weight_ = std::move(w.router_weight);
-  m->router_bias_ = std::move(w.router_bias);
-  m->swiglu_ = w.swiglu;
+  m->w13_codes_ = std::move(packed.w13_codes);
+  m->w13_scales_ = std::move(packed.w13_scales);
+  m->w2_codes_ = std::move(packed.w2_codes);
+  m->w2_scales_ = std::move(packed.w2_scales);
+  m->b13_ = std::move(packed.b13);
+  m->b2_ = std::move(packed.b2);
+  m->router_weight_ = std::move(packed.router_weight);
+  m->router_bias_ = std::move(packed.router_bias);
+  m->swiglu_ = weights.swiglu;
   *out = std::move(m);
   return Status::Ok();
 }

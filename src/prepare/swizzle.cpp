@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
+#include "prepare/cpu_row_groups.h"
 #include "prepare/layout_index.h"
 
 namespace mxmoe {
@@ -47,18 +47,9 @@ void gather_fragment_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t 
   }
 }
 
-// One group of 16 rows of `cols` elements, dense -> kCpuRowGroups16 (see
-// prepare.h): the low nibble of byte 64q + 4r + i of block b is element
-// 32b + 4q + i of row r, its high nibble element 32b + 16 + 4q + i.
-void swizzle_group_cpu16(const uint8_t* dense, int64_t cols, uint8_t* out) {
-  for (int64_t b = 0; b < cols / 32; ++b)
-    for (int q = 0; q < 4; ++q)
-      for (int r = 0; r < 16; ++r)
-        for (int i = 0; i < 4; ++i) {
-          const uint8_t* row = dense + r * (cols / 2);
-          const int64_t k = 32 * b + 4 * q + i;
-          out[256 * b + 64 * q + 4 * r + i] = uint8_t(e2m1_code_at(row, k) | e2m1_code_at(row, k + 16) << 4);
-        }
+// The 16 row pointers of dense group g (rows of `row_bytes`).
+void group_rows(const uint8_t* dense, int64_t g, int64_t row_bytes, const uint8_t* rows[16]) {
+  for (int r = 0; r < 16; ++r) rows[r] = dense + (16 * g + r) * row_bytes;
 }
 
 Status check_cpu_order(int64_t rows, int64_t cols) {
@@ -77,9 +68,11 @@ Status swizzle_scales(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows,
   }
   if (swizzle == WeightSwizzle::kCpuRowGroups16) {
     MXMOE_RETURN_IF_ERROR(check_cpu_order(rows, cols));
-    for (int64_t g = 0; g < rows / 16; ++g)
-      for (int64_t b = 0; b < blocks; ++b)
-        for (int r = 0; r < 16; ++r) out[(g * blocks + b) * 16 + r] = dense[(g * 16 + r) * blocks + b];
+    for (int64_t g = 0; g < rows / 16; ++g) {
+      const uint8_t* group[16];
+      group_rows(dense, g, blocks, group);
+      cpu16_group_scales(group, blocks, out + g * 16 * blocks);
+    }
     return Status::Ok();
   }
   if (swizzle != WeightSwizzle::kMmaRowGroups16 && swizzle != WeightSwizzle::kMmaRowTiles128)
@@ -117,8 +110,11 @@ Status swizzle_codes(WeightSwizzle swizzle, const uint8_t* dense, int64_t rows, 
     }
     case WeightSwizzle::kCpuRowGroups16:
       MXMOE_RETURN_IF_ERROR(check_cpu_order(rows, cols));
-      for (int64_t g = 0; g < rows / 16; ++g)
-        swizzle_group_cpu16(dense + g * 16 * row_bytes, cols, out + g * 16 * row_bytes);
+      for (int64_t g = 0; g < rows / 16; ++g) {
+        const uint8_t* group[16];
+        group_rows(dense, g, row_bytes, group);
+        cpu16_group_codes(group, cols, out + g * 16 * row_bytes);
+      }
       return Status::Ok();
   }
   return Status::InvalidArgument("swizzle: unknown order");
