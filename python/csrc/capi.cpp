@@ -28,7 +28,9 @@ int64_t fail(const Status& st, char* error, size_t error_size) {
 // activations: 0 bf16, 1 mxfp8; scale_rule: 0 ceil (kTriton), 1 OCP.
 int64_t create(const MoeWeightsView& v, const char* backend, int device, int activations, int scale_rule,
                char* error, size_t error_size) {
-  LayerOptions o{.backend = backend ? backend : "auto", .device = device};
+  LayerOptions o;
+  o.backend = backend ? backend : "auto";
+  o.device = device;
   o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
   o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;
   std::unique_ptr<MoeLayer> layer;

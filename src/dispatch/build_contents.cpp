@@ -41,7 +41,8 @@ std::vector<LeftOutBackend> backends_left_out(const BuildContents& b) {
       why += (why.empty() ? "" : " and ") + std::string("sm_") + arch + " not among the compiled targets";
     };
     switch (k) {
-      case BackendKind::kCpu: break;
+      case BackendKind::kCpu:
+      case BackendKind::kReference: break;
       case BackendKind::kPortable:
         if (!b.cuda) why = no_cuda;
         break;
