@@ -134,6 +134,10 @@ Status load_device_layers(const Checkpoint& ckpt, const std::vector<int64_t>& la
                               (s.experts * 2 * s.intermediate * 2 + 255) / 256 * 256 +
                               (s.experts * s.hidden * 2 + 255) / 256 * 256 + (s.experts * s.hidden * 2 + 255) / 256 * 256 +
                               (s.experts * 2 + 255) / 256 * 256;
+  // The load runs on o.device; the caller's current device is restored on return.
+  int caller_device = 0;
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&caller_device), who, "cudaGetDevice"));
+  const std::unique_ptr<int, void (*)(int*)> restore(&caller_device, [](int* d) { cudaSetDevice(*d); });
   MXMOE_RETURN_IF_ERROR(cuda_status(cudaSetDevice(o.device), who, "select the device"));
   Slot slots[2];
   for (Slot& sl : slots)
