@@ -93,6 +93,21 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
       cat /tmp/sanitizer-$t.log >> "$OUT/logs.txt"
     done
   done
+  # The eager graphs (memcheck; no kernels of their own) and the device
+  # preparation (its check kernels use a barrier and atomics: all three tools,
+  # on the small and odd shapes).
+  t0=$(date +%s)
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/tests/eager_graphs_test" \
+    > /tmp/sanitizer-eager.log 2>&1
+  say "memcheck (eager_graphs): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY' /tmp/sanitizer-eager.log | tail -1)"
+  cat /tmp/sanitizer-eager.log >> "$OUT/logs.txt"
+  for tool in memcheck racecheck synccheck; do
+    t0=$(date +%s)
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$B/tests/device_prepare_test" \
+      --gtest_filter='*SmallOdd*:*NaNScale*:*NonFinite*:*DevicePointers*' > /tmp/sanitizer-prepare.log 2>&1
+    say "$tool (device_prepare): rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitizer-prepare.log | tail -1)"
+    cat /tmp/sanitizer-prepare.log >> "$OUT/logs.txt"
+  done
   T=$B/tests/portable_test
   t0=$(date +%s)
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$T" > /tmp/sanitizer.log 2>&1
