@@ -103,6 +103,8 @@ void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::
                     "mxmoe.forward: workspace must be a contiguous uint8 tensor");
     check(device_of(ws) == device, "mxmoe.forward: workspace is on ", where(device_of(ws)), ", x on ",
                     where(device));
+    ws_ptr = ws.mutable_data_ptr();
+    ws_size = size_t(ws.numel());
   } else {
     ws_size = l->forward_workspace_bytes(T);
     if (source) ws_ptr = source(x, stream, ws_size);
@@ -110,11 +112,8 @@ void forward(const Tensor& x, const std::optional<Tensor>& topk_ids, const std::
       const int64_t size[1] = {int64_t(ws_size)};
       ws = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(size, 1), ScalarType::Byte, std::nullopt,
                                 x.device());
+      ws_ptr = ws.mutable_data_ptr();
     }
-  }
-  if (!ws_ptr) {
-    ws_ptr = ws.mutable_data_ptr();
-    ws_size = size_t(ws.numel());
   }
   LayerForwardArgs a;
   a.x = static_cast<const uint16_t*>(x.const_data_ptr());

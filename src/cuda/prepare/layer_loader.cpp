@@ -74,10 +74,15 @@ Status read_layer(const Checkpoint& ckpt, int64_t n, int threads, Files* files, 
     int64_t offset, bytes;
     uint8_t* dst;
   };
+  const std::vector<WeightSpan> spans = weight_spans(view);
+  int64_t total = 0;
+  const std::vector<int64_t> offsets = staging_offsets(spans, &total);
+  if (total > layer_bytes) return Status::InvalidArgument("layer larger than its staging slot");
   std::vector<Piece> pieces;
   std::vector<const void*> placed;
-  int64_t at = 0;
-  for (const WeightSpan& t : weight_spans(view)) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const WeightSpan& t = spans[i];
+    const int64_t at = offsets[i];
     placed.push_back(slot->host.p + at);
     if (!t.bytes) continue;
     std::string path;
@@ -89,9 +94,7 @@ Status read_layer(const Checkpoint& ckpt, int64_t n, int threads, Files* files, 
     for (int64_t c = 0; c < t.bytes; c += kReadChunk)
       pieces.push_back({fd, offset + c, std::min(kReadChunk, t.bytes - c), slot->host.p + at + c});
     ckpt.release_pages(t.ptr, size_t(t.bytes));
-    at += (t.bytes + 255) / 256 * 256;
   }
-  if (at > layer_bytes) return Status::InvalidArgument("layer larger than its staging slot");
   std::vector<std::thread> pool;
   std::vector<Status> st(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i)

@@ -44,6 +44,17 @@ std::vector<smxx::WeightSpan> smxx::weight_spans(const MoeWeightsView& w) {
   return out;
 }
 
+std::vector<int64_t> smxx::staging_offsets(const std::vector<WeightSpan>& spans, int64_t* total) {
+  std::vector<int64_t> at;
+  int64_t end = 0;
+  for (const WeightSpan& t : spans) {
+    at.push_back(end);
+    end += (t.bytes + 255) / 256 * 256;
+  }
+  *total = end;
+  return at;
+}
+
 MoeWeightsView smxx::rebased(const MoeWeightsView& w, const std::vector<const void*>& at) {
   MoeWeightsView v = w;
   v.w13.codes = static_cast<const uint8_t*>(at[0]);
@@ -96,14 +107,10 @@ Status stage_weights(const MoeWeightsView& w, int device, const char* who, Stage
   // Host weights: each tensor copied whole into one staging allocation, the
   // view's strides kept.
   const std::vector<WeightSpan> all = weight_spans(w);
-  std::vector<size_t> at;
-  size_t total = 0;
-  for (const WeightSpan& t : all) {
-    at.push_back(total);
-    total += (size_t(t.bytes) + 255) / 256 * 256;
-  }
+  int64_t total = 0;
+  const std::vector<int64_t> at = staging_offsets(all, &total);
   auto copy = std::make_shared<DeviceBuffer>();
-  MXMOE_RETURN_IF_ERROR(copy->reserve(total));
+  MXMOE_RETURN_IF_ERROR(copy->reserve(size_t(total)));
   std::vector<const void*> placed;
   for (size_t i = 0; i < all.size(); ++i) {
     uint8_t* dst = copy->as<uint8_t>() + at[i];

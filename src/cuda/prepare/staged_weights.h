@@ -28,6 +28,10 @@ struct WeightSpan {
   int64_t bytes;
 };
 std::vector<WeightSpan> weight_spans(const MoeWeightsView& weights);
+// Where each span goes in one staging buffer, in order, each at a multiple
+// of 256 bytes (the kernels' bulk copies need 16-byte aligned sources); the
+// buffer's size in `*total`.
+std::vector<int64_t> staging_offsets(const std::vector<WeightSpan>& spans, int64_t* total);
 // `weights` with its tensors at `at` (weight_spans' order), strides kept.
 MoeWeightsView rebased(const MoeWeightsView& weights, const std::vector<const void*>& at);
 
