@@ -1,15 +1,14 @@
 """Times MoE.from_tensors on CUDA tensors (preparation on the GPU) for gpt-oss shapes.
 
 For each shape: the median of --reps builds from tensors already on the GPU, the input bytes
-over that time, and the most device memory in use during a build beyond the tensors and the
-finished layer (sampled every 0.2 ms from cudaMemGetInfo on a second thread). Also one build from
-the same tensors in host memory (staged to the GPU, then prepared there). Prints one JSON line
-per shape. usage: python prepare_timing.py [--reps 5] [--shapes 120b,120b-tp4,20b]
+over that time, the layer's device bytes, and the most device memory torch's allocator (where
+every byte of a layer's memory comes from) held during a build beyond the tensors and the
+finished layer. Also one build from the same tensors in host memory (staged to the GPU, then
+prepared there). Prints one JSON line per shape. usage: python prepare_timing.py [--reps 5] [--shapes 120b,120b-tp4,20b]
 """
 import argparse
 import json
 import statistics
-import threading
 import time
 
 import torch
@@ -33,25 +32,15 @@ def build(t, device):
 
 
 def peak_during(fn):
-    """(result, seconds, most bytes in use beyond those in use before) while fn runs."""
-    free0, _ = torch.cuda.mem_get_info()
-    low = [free0]
-    done = threading.Event()
-
-    def poll():
-        while not done.is_set():
-            low[0] = min(low[0], torch.cuda.mem_get_info()[0])
-            time.sleep(0.0002)
-
-    th = threading.Thread(target=poll)
-    th.start()
+    """(result, seconds, most bytes torch's allocator held while fn ran beyond those held before)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     out = fn()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    done.set()
-    th.join()
-    return out, dt, free0 - low[0]
+    return out, dt, torch.cuda.max_memory_allocated() - before
 
 
 def main():
@@ -67,14 +56,14 @@ def main():
         build(t, dev)  # warm: module load, kernels' first launch
         times, peaks, layer_bytes = [], [], 0
         for _ in range(a.reps):
-            free_before, _ = torch.cuda.mem_get_info()
             moe, dt, peak = peak_during(lambda: build(t, dev))
-            layer_bytes = free_before - torch.cuda.mem_get_info()[0]
+            layer_bytes = moe.device_bytes
             times.append(dt)
-            peaks.append(peak)
+            peaks.append(peak - layer_bytes)
             del moe
         host = [x.cpu() for x in t]
         moe, dt_host, peak_host = peak_during(lambda: build(host, dev))
+        peak_host -= moe.device_bytes
         del moe
         med = statistics.median(times)
         print(json.dumps({"shape": name, "experts": e, "hidden": h, "intermediate": i, "input_GB": in_bytes / 1e9,

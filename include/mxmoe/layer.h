@@ -17,14 +17,20 @@
 // cudaPointerGetAttributes): device weights are checked and prepared there by
 // kernels, with no copy through host memory and no device memory beyond the
 // layer's own (create first waits for the device's pending work, the
-// writes of the weights); weights on another device are refused.
+// writes of the weights); weights on another device are refused. Its device
+// memory comes from options.allocator (include/mxmoe/allocator.h), in
+// options.stream's order: the weights' image, one allocation a tensor, and
+// while create runs the device checks' 64 bytes and, for host weights, a
+// staging copy of them (freed before create returns).
 // CPU layers (device = -1): every pointer is host memory, `stream` is ignored
 // and the forward runs to completion before it returns.
 //
 // Threads: a layer is immutable after create. Its const members may be called
 // from several threads at once, each with its own workspace (and, on a GPU,
 // its own stream or an order between them): a forward writes only y and the
-// workspace. Destroy the layer only once no forward using it is in flight.
+// workspace. Destroy the layer only once no forward using it is in flight:
+// with a stream-ordered allocator its memory goes back in options.stream's
+// order, which need not follow forwards enqueued on other streams.
 #pragma once
 
 #include <cstddef>
@@ -32,11 +38,10 @@
 #include <memory>
 #include <string>
 
+#include "mxmoe/allocator.h"
 #include "mxmoe/backend.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/status.h"
-
-struct CUstream_st;  // cudaStream_t is CUstream_st*: callers pass theirs as is
 
 namespace mxmoe {
 
@@ -52,6 +57,13 @@ struct LayerOptions {
   // over (auto) or refused (forced). bf16: every backend but sm100 and sm120;
   // mxfp8: reference (the fp64 oracle, on the CPU), sm100, sm120.
   ActivationOptions activations;
+  // Device layers: where their device memory comes from (null:
+  // cuda_malloc_allocator()), and the stream that create's work (staging,
+  // preparation, checks) is enqueued on and the memory is allocated and, when
+  // the layer is destroyed, given back in (null: the legacy default stream).
+  // create returns once that work is complete.
+  std::shared_ptr<DeviceAllocator> allocator;
+  CUstream_st* stream = nullptr;
 };
 
 struct LayerForwardArgs {
@@ -90,6 +102,10 @@ class MoeLayer {
   const MoeShape& shape() const { return shape_; }
   bool has_router() const { return has_router_; }  // false: every forward needs routing
   ActivationFormat activations() const { return activations_; }
+
+  // Device memory the layer holds (its prepared weights, one allocation a
+  // tensor, as asked of the allocator); 0 for a CPU layer.
+  virtual size_t device_bytes() const { return 0; }
 
   // Workspace bytes that serve any forward of 1..max_tokens tokens (host work
   // proportional to max_tokens: call it once, at set-up).

@@ -7,8 +7,9 @@
 //   load_layers("/models/gpt-oss-20b", {}, {.device = 0}, &layers);
 //
 // Memory besides the layers themselves: on a GPU, two pinned host buffers of
-// one layer's checkpoint bytes each and one such buffer on the device (freed
-// at the end); on the CPU the layers are prepared from the mapped files.
+// one layer's checkpoint bytes each and one such buffer on the device (from
+// options.allocator, freed at the end); on the CPU the layers are prepared
+// from the mapped files.
 // Errors name the layer (a truncated or inconsistent checkpoint, a NaN scale,
 // a device out of memory); after an error no layer and no buffer is left.
 #pragma once
@@ -32,6 +33,10 @@ struct LoadOptions {
   // Called after each layer with (layers done, layers asked for); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
   int read_threads = 8;  // parallel reads of one layer's bytes (NVMe rewards several in flight)
+  // As LayerOptions: where the layers' and the staging's device memory come
+  // from, and the stream the uploads and preparation run on.
+  std::shared_ptr<DeviceAllocator> allocator;
+  CUstream_st* stream = nullptr;
 };
 
 struct LoadStats {

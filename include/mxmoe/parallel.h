@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mxmoe/allocator.h"
 #include "mxmoe/backend.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/status.h"
@@ -45,6 +46,9 @@ struct ParallelConfig {
   std::vector<int> devices;    // CUDA device of each rank; empty: 0 .. size-1
   // Each rank's single-GPU forward: portable (tp, ep) or sm90 (tp, SM90 GPUs).
   BackendKind backend = BackendKind::kPortable;
+  // Where every rank's device memory comes from, in the order of the rank's
+  // own stream (null: cuda_malloc_allocator()).
+  std::shared_ptr<DeviceAllocator> allocator;
 };
 
 // Timing of one forward across the ranks (see ParallelLayer::time_forward).

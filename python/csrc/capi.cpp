@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "layer_registry.h"
+#ifdef USE_CUDA
+#include "torch_allocator.h"
+#endif
 #include "mxmoe/checkpoint.h"
 #include "mxmoe/dispatch.h"
 #include "mxmoe/format.h"
@@ -19,6 +22,20 @@
 namespace {
 
 using namespace mxmoe;
+
+// Device layers take their memory from torch's caching allocator, in the order
+// of the calling thread's current stream on their device (torch_allocator.h).
+template <typename Options>
+void use_torch_memory(int device, Options* o) {
+#ifdef USE_CUDA
+  if (device < 0) return;
+  o->allocator = python::torch_cuda_allocator();
+  o->stream = python::torch_current_stream(device);
+#else
+  (void)device;
+  (void)o;
+#endif
+}
 
 int64_t fail(const Status& st, char* error, size_t error_size) {
   if (error && error_size) std::snprintf(error, error_size, "%s", st.message().c_str());
@@ -33,6 +50,7 @@ int64_t create(const MoeWeightsView& v, const char* backend, int device, int act
   o.device = device;
   o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
   o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;
+  use_torch_memory(device, &o);
   std::unique_ptr<MoeLayer> layer;
   const Status st = MoeLayer::create(v, o, &layer);
   if (!st.ok()) return fail(st, error, error_size);
@@ -101,6 +119,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_load_layers(
   o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
   o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;
   if (progress) o.progress = progress;
+  use_torch_memory(device, &o);
   std::vector<std::unique_ptr<MoeLayer>> loaded;
   const Status st = load_layers(path, std::vector<int64_t>(layers, layers + n_layers), o, &loaded);
   if (!st.ok()) return fail(st, error, error_size);
@@ -121,7 +140,7 @@ __attribute__((visibility("default"))) void mxmoe_release_layer(int64_t handle) 
 }
 
 // {"backend", "reason", "device", "experts", "hidden", "intermediate", "topk",
-// "has_router"} of a layer; returns 0, the bytes needed when out is too
+// "has_router", "device_bytes"} of a layer; returns 0, the bytes needed when out is too
 // small, or -1 for an unknown handle.
 __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, char* out, size_t out_size) {
   const auto layer = mxmoe::python::find_layer(handle);
@@ -135,7 +154,8 @@ __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, 
                      {"hidden", s.hidden},
                      {"intermediate", s.intermediate},
                      {"topk", s.topk},
-                     {"has_router", layer->has_router()}},
+                     {"has_router", layer->has_router()},
+                     {"device_bytes", layer->device_bytes()}},
                     out, out_size);
 }
 

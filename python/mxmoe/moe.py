@@ -83,7 +83,8 @@ class MoE(nn.Module):
     Attributes: ``backend`` (e.g. "sm90"; on the CPU "cpu", the SIMD kernels,
     or "reference" for MXFP8 activations), ``backend_reason`` (why dispatch
     chose it; on the CPU also the kernels' instruction set), ``device``,
-    ``num_experts``, ``hidden_size``, ``intermediate_size``, ``top_k``.
+    ``num_experts``, ``hidden_size``, ``intermediate_size``, ``top_k``,
+    ``device_bytes`` (the device memory the layer holds, from torch's allocator; 0 on the CPU).
     """
 
     def __init__(self, handle):
@@ -100,6 +101,7 @@ class MoE(nn.Module):
         self.intermediate_size = info["intermediate"]
         self.top_k = info["topk"]
         self.has_router = info["has_router"]
+        self.device_bytes = info["device_bytes"]
 
     @classmethod
     def from_checkpoint(cls, path, layer, *, backend="auto", device=None, topk=None, activations="bf16",
@@ -120,7 +122,7 @@ class MoE(nn.Module):
     @classmethod
     def from_tensors(cls, router_weight, router_bias, gate_up_blocks, gate_up_scales, gate_up_bias, down_blocks,
                      down_scales, down_bias, *, topk=4, swiglu_alpha=1.702, swiglu_limit=7.0, backend="auto",
-                     device=None, activations="bf16", mxfp8_scale_rule="ceil"):
+                     device=None, activations="bf16", mxfp8_scale_rule="ceil", consume=False):
         """One layer from tensors in the Hugging Face GPT-OSS checkpoint layout (any device).
 
         ``gate_up_blocks`` uint8 [E, 2I, H/32, 16] and ``gate_up_scales`` uint8
@@ -139,6 +141,13 @@ class MoE(nn.Module):
         2^ceil(log2(amax / 448)) as the Blackwell engines, or "ocp"); a
         backend that cannot serve the format is passed over by "auto" and
         refused when named.
+
+        On a GPU the layer's memory comes from torch's caching allocator (counted by
+        ``torch.cuda.memory_allocated()``, taken from what the caller freed, given back when the
+        module is collected), in the order of the current stream. ``consume=True`` frees the given
+        tensors' storages (resizes them to 0 bytes) as soon as the layer is built, so that an
+        engine converting a model layer by layer holds one layer above the model at most; every
+        tensor sharing those storages is emptied too. On an error nothing is freed.
         """
         if not isinstance(gate_up_blocks, torch.Tensor) or gate_up_blocks.dim() != 4:
             raise ValueError("mxmoe: gate_up_blocks must be a uint8 tensor [E, 2I, H/32, 16]")
@@ -160,12 +169,23 @@ class MoE(nn.Module):
         named = {"router_weight": router_weight, "router_bias": router_bias, "gate_up_blocks": gate_up_blocks,
                  "gate_up_scales": gate_up_scales, "gate_up_bias": gate_up_bias, "down_blocks": down_blocks,
                  "down_scales": down_scales, "down_bias": down_bias}
+        if consume:
+            for n, t in named.items():
+                if t is not None and not t.untyped_storage().resizable():
+                    raise ValueError(f"mxmoe: consume=True frees the tensors' storages, and {n}'s cannot be "
+                                     "resized (memory it does not own, e.g. a mapped file)")
         index = _device_index(device)
         tensors = _placed(named, index)
         codes = _library.activation_codes(activations, mxfp8_scale_rule)
         handle = _library.create_layer(tensors, (e, h, i, topk), (float(swiglu_alpha), float(swiglu_limit)), backend,
                                        index, codes)
-        return cls(handle)
+        moe = cls(handle)
+        if consume:
+            del tensors  # copies made for the library go first, then the caller's storages
+            for t in named.values():
+                if t is not None:
+                    t.untyped_storage().resize_(0)
+        return moe
 
     def workspace_bytes(self, max_tokens):
         """Bytes of a uint8 workspace that serves ``torch.ops.mxmoe.forward`` for up to ``max_tokens``

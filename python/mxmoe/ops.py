@@ -7,8 +7,9 @@ row stride) on the current stream of x's device; ``topk_ids`` (int32) and
 ``topk_weights`` (fp32) [T, k] are the caller's routing, or both None to run
 the layer's router. ``workspace`` (uint8) is the caller's scratch; None takes
 it from torch's allocator, or on CUDA, outside a capture and up to 32 MiB,
-uses a buffer kept per stream (CUDA's stream-ordered memory, outside torch's
-pools). Nothing synchronises, so the op records into CUDA graphs.
+uses a buffer kept per stream (torch's memory too, counted by
+``torch.cuda.memory_allocated()``). Nothing synchronises, so the op records
+into CUDA graphs.
 """
 import torch
 

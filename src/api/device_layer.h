@@ -9,10 +9,10 @@
 
 namespace mxmoe {
 
-// A layer of GPU backend `kind` on CUDA device `device`, which dispatch has
-// found able to run it (with `activations`); `reason` is dispatch's.
-Status create_device_layer(BackendKind kind, std::string reason, int device, const MoeWeightsView& weights,
-                           const ActivationOptions& activations, std::unique_ptr<MoeLayer>* out);
+// A layer of GPU backend `kind` on CUDA device options.device, which dispatch
+// has found able to run it (with options.activations); `reason` is dispatch's.
+Status create_device_layer(BackendKind kind, std::string reason, const MoeWeightsView& weights,
+                           const LayerOptions& options, std::unique_ptr<MoeLayer>* out);
 
 // Where the weights are: -1 for host memory (pageable, pinned or managed),
 // else the CUDA device whose memory holds every tensor. Weights split between

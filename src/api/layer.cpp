@@ -50,7 +50,7 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
   }
 #ifdef MXMOE_WITH_CUDA
   if (weights_on < 0) MXMOE_RETURN_IF_ERROR(validate_weight_values(weights));
-  return create_device_layer(pick.backend, pick.reason, options.device, weights, options.activations, out);
+  return create_device_layer(pick.backend, pick.reason, weights, options, out);
 #else
   return Status::Unsupported(fmt::format("layer: {} needs CUDA, which this build has not", backend_name(pick.backend)));
 #endif

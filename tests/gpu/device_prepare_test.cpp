@@ -84,9 +84,9 @@ void expect_same_image(BackendKind kind, const MoeShape& shape, uint64_t seed, b
   ASSERT_TRUE(prepare_weights(plan, w.view(), &prep).ok());
   DeviceWeights dw(w);
   smxx::DeviceImage on_device, uploaded;
-  const Status st = smxx::prepare_image(plan, scales, dw.view, 0, "test", nullptr, &on_device);
+  const Status st = smxx::prepare_image(plan, scales, dw.view, 0, "test", {}, &on_device);
   ASSERT_TRUE(st.ok()) << st.message();
-  ASSERT_TRUE(smxx::upload_image(prep, scales, 0, "test", &uploaded).ok());
+  ASSERT_TRUE(smxx::upload_image(prep, scales, 0, "test", {}, &uploaded).ok());
   const auto sizes = image_piece_bytes(plan, scales, true);
   for (int i = 0; i < kImagePieces; ++i) {
     std::vector<uint8_t> want;
@@ -136,7 +136,7 @@ TEST(DevicePrepare, NaNScaleInOneExpertIsNamed) {
   DeviceWeights dw(w);
   smxx::DeviceImage img;
   const Status st =
-      smxx::prepare_image(make_plan(BackendKind::kPortable, shape), ScaleImage::kPlanOrder, dw.view, 0, "t", nullptr, &img);
+      smxx::prepare_image(make_plan(BackendKind::kPortable, shape), ScaleImage::kPlanOrder, dw.view, 0, "t", {}, &img);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.message(), validate_weight_values(w.view()).message());
   EXPECT_NE(st.message().find("expert 2, row 7 (up 3), block 3"), std::string::npos) << st.message();
@@ -151,7 +151,7 @@ TEST(DevicePrepare, NonFiniteBiasIsNamed) {
   DeviceWeights dw(w);
   smxx::DeviceImage img;
   const Status st =
-      smxx::prepare_image(make_plan(BackendKind::kSm90, shape), ScaleImage::kPlanOrder, dw.view, 0, "t", nullptr, &img);
+      smxx::prepare_image(make_plan(BackendKind::kSm90, shape), ScaleImage::kPlanOrder, dw.view, 0, "t", {}, &img);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.message(), validate_weight_values(w.view()).message());
   EXPECT_NE(st.message().find("b2: non-finite value (Inf) at [3, 17]"), std::string::npos) << st.message();

@@ -34,9 +34,9 @@ void expect_back_to_back_forwards(const smxx::DeviceForward& fwd, const MoeWeigh
     for (size_t i = 0; i < nx; ++i) xb[i] = float_to_bf16(x[f][i]);
     ASSERT_TRUE(xd[f].reserve(nx * 2).ok() && yd[f].reserve(nx * 4).ok() && ids[f].reserve(nr * 4).ok() &&
                 rw[f].reserve(nr * 4).ok());
-    ASSERT_EQ(cudaMemcpy(xd[f].ptr, xb.data(), nx * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(ids[f].ptr, r[f].ids.data(), nr * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(rw[f].ptr, r[f].weights.data(), nr * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(xd[f].get(), xb.data(), nx * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(ids[f].get(), r[f].ids.data(), nr * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(rw[f].get(), r[f].weights.data(), nr * 4, cudaMemcpyHostToDevice), cudaSuccess);
     a[f] = {.x = xd[f].as<uint16_t>(), .tokens = tokens, .topk_ids = ids[f].as<int32_t>(),
             .topk_weights = rw[f].as<float>(), .y = yd[f].as<float>()};
   }
@@ -49,7 +49,7 @@ void expect_back_to_back_forwards(const smxx::DeviceForward& fwd, const MoeWeigh
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   auto enqueue_both = [&] {
     for (int f = 0; f < 2; ++f) {
-      const Status st = fwd.forward(a[f], ws.ptr, wsb, stream);
+      const Status st = fwd.forward(a[f], ws.get(), wsb, stream);
       if (!st.ok()) return st;
     }
     return Status::Ok();
@@ -58,14 +58,14 @@ void expect_back_to_back_forwards(const smxx::DeviceForward& fwd, const MoeWeigh
     SCOPED_TRACE(how);
     for (int f = 0; f < 2; ++f) {
       std::vector<float> y(nx);
-      ASSERT_EQ(cudaMemcpy(y.data(), yd[f].ptr, nx * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(y.data(), yd[f].get(), nx * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       EXPECT_LE(rel_l2(y, ref[f]), 1e-2) << "forward " << f;
       EXPECT_GT(l2_norm(y), 0.0) << "forward " << f;
-      ASSERT_EQ(cudaMemset(yd[f].ptr, 0xFF, nx * 4), cudaSuccess);  // NaN until written again
+      ASSERT_EQ(cudaMemset(yd[f].get(), 0xFF, nx * 4), cudaSuccess);  // NaN until written again
     }
   };
-  ASSERT_EQ(cudaMemset(ws.ptr, 0xFF, wsb), cudaSuccess);
-  for (int f = 0; f < 2; ++f) ASSERT_EQ(cudaMemset(yd[f].ptr, 0xFF, nx * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ws.get(), 0xFF, wsb), cudaSuccess);
+  for (int f = 0; f < 2; ++f) ASSERT_EQ(cudaMemset(yd[f].get(), 0xFF, nx * 4), cudaSuccess);
   ASSERT_TRUE(enqueue_both().ok());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   expect_outputs("on the stream");

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #endif
 
 #include "commands.h"
+#include "mxmoe/device.h"
 #include "mxmoe/load.h"
 
 namespace mxmoe::cli {
@@ -22,7 +24,7 @@ namespace {
 struct LoadCliOptions {
   std::string checkpoint, backend = "auto";
   std::vector<int64_t> layers;
-  int device = -1;
+  std::optional<int> device;  // unset: CUDA device 0 where there is one, else the CPU
 };
 
 // VmHWM: the most resident memory the process has held.
@@ -69,14 +71,16 @@ class DevicePeak {
   int64_t base_ = 0;
 };
 
-int run(const LoadCliOptions& o) {
+int run(const LoadCliOptions& options) {
+  LoadCliOptions o = options;
+  if (!o.device) o.device = list_devices().empty() ? -1 : 0;
   LoadOptions lo;
   lo.backend = o.backend;
-  lo.device = o.device;
+  lo.device = *o.device;
   lo.progress = [](int64_t done, int64_t total) { std::fprintf(stderr, "\rlayer %lld/%lld", (long long)done, (long long)total); };
   std::vector<std::unique_ptr<MoeLayer>> layers;
   LoadStats stats;
-  DevicePeak device_peak(o.device);
+  DevicePeak device_peak(*o.device);
   const Status st = load_layers(o.checkpoint, o.layers, lo, &layers, &stats);
   const int64_t device_bytes = device_peak.finish();
   std::fprintf(stderr, "\n");
@@ -86,7 +90,7 @@ int run(const LoadCliOptions& o) {
   }
   std::printf("%s", fmt::format("loaded {} layers ({}) on {}: {:.3f} s, {:.2f} GB of checkpoint bytes, {:.2f} GB/s\n",
                                 layers.size(), layers.empty() ? "-" : backend_name(layers[0]->backend()),
-                                o.device < 0 ? std::string("the CPU") : fmt::format("CUDA device {}", o.device),
+                                *o.device < 0 ? std::string("the CPU") : fmt::format("CUDA device {}", *o.device),
                                 stats.seconds, stats.bytes / 1e9, stats.bytes / 1e9 / stats.seconds)
                         .c_str());
   std::printf("%s", fmt::format("peak host memory {:.2f} GB (pinned staging {:.2f} GB), peak device memory {:.2f} GB\n",
@@ -102,7 +106,8 @@ Runner add_load(CLI::App& parent) {
   CLI::App* sub = parent.add_subcommand("load", "load a checkpoint's MoE layers onto a device, timed");
   sub->add_option("--checkpoint", o->checkpoint, "folder or .safetensors file")->required();
   sub->add_option("--layers", o->layers, "layer indices (default: every layer)")->delimiter(',');
-  sub->add_option("--device", o->device, "CUDA device index, or -1 for the CPU")->check(integer_at_least(-1));
+  sub->add_option("--device", o->device, "CUDA device index, or -1 for the CPU (default: device 0 where there is a GPU)")
+      ->check(integer_at_least(-1));
   sub->add_option("--backend", o->backend, "auto or a backend name");
   return [o] { return run(*o); };
 }

@@ -30,7 +30,7 @@ Status cuda_check(cudaError_t err, const char* who, const char* what) {
 
 class BlockscaledForward final : public smxx::DeviceForward {
  public:
-  BlockscaledForward(DeviceWeights w, GemmRunner gemm, std::shared_ptr<smxx::DeviceBuffer> storage)
+  BlockscaledForward(DeviceWeights w, GemmRunner gemm, std::shared_ptr<const smxx::ImageMemory> storage)
       : w_(w), gemm_(gemm), storage_(std::move(storage)) {}
   size_t workspace_bytes(int64_t tokens) const override { return blockscaled::workspace_bytes(w_, gemm_, tokens); }
   Status forward(const smxx::ForwardArgs& a, void* ws, size_t bytes, cudaStream_t stream) const override {
@@ -40,7 +40,7 @@ class BlockscaledForward final : public smxx::DeviceForward {
  private:
   DeviceWeights w_;
   GemmRunner gemm_;
-  std::shared_ptr<smxx::DeviceBuffer> storage_;
+  std::shared_ptr<const smxx::ImageMemory> storage_;
 };
 
 }  // namespace
@@ -92,7 +92,7 @@ Status make_forward(BackendKind kind, const PreparedWeights& prep, const Activat
   MXMOE_RETURN_IF_ERROR(check_device(kind, emulate_gemm));
   smxx::DeviceImage image;
   MXMOE_RETURN_IF_ERROR(
-      smxx::upload_image(prep, ScaleImage::kBlockscaled, poison_margin_bytes, backend_name(kind), &image));
+      smxx::upload_image(prep, ScaleImage::kBlockscaled, poison_margin_bytes, backend_name(kind), {}, &image));
   return make_forward(kind, image, activations, emulate_gemm, out);
 }
 

@@ -14,24 +14,6 @@
 
 namespace mxmoe::smxx {
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr) cudaFree(ptr);
-}
-
-Status DeviceBuffer::reserve(size_t n) {
-  if (n <= bytes && ptr) return Status::Ok();
-  if (ptr) cudaFree(ptr);
-  ptr = nullptr;
-  bytes = 0;
-  const cudaError_t err = cudaMalloc(&ptr, std::max<size_t>(n, 256));
-  if (err != cudaSuccess) {
-    ptr = nullptr;
-    return Status::OutOfMemory(fmt::format("cudaMalloc({}): {}", n, cudaGetErrorString(err)));
-  }
-  bytes = n;
-  return Status::Ok();
-}
-
 namespace {
 
 #define DEVICE_CUDA(expr) MXMOE_RETURN_IF_ERROR(check((expr), #expr))
@@ -67,7 +49,7 @@ class DeviceBackend final : public Backend {
     for (size_t i = 0; i < nx; ++i) xb[i] = float_to_bf16(x[i]);
     MXMOE_RETURN_IF_ERROR(x_.reserve(nx * 2));
     MXMOE_RETURN_IF_ERROR(y_.reserve(nx * 4));
-    DEVICE_CUDA(cudaMemcpyAsync(x_.ptr, xb.data(), nx * 2, cudaMemcpyHostToDevice, stream_));
+    DEVICE_CUDA(cudaMemcpyAsync(x_.get(), xb.data(), nx * 2, cudaMemcpyHostToDevice, stream_));
     ForwardArgs a;
     a.x = x_.as<uint16_t>();
     a.tokens = tokens;
@@ -75,19 +57,19 @@ class DeviceBackend final : public Backend {
     if (routing) {
       MXMOE_RETURN_IF_ERROR(ids_.reserve(nr * 4));
       MXMOE_RETURN_IF_ERROR(rw_.reserve(nr * 4));
-      DEVICE_CUDA(cudaMemcpyAsync(ids_.ptr, routing->ids, nr * 4, cudaMemcpyHostToDevice, stream_));
-      DEVICE_CUDA(cudaMemcpyAsync(rw_.ptr, routing->weights, nr * 4, cudaMemcpyHostToDevice, stream_));
+      DEVICE_CUDA(cudaMemcpyAsync(ids_.get(), routing->ids, nr * 4, cudaMemcpyHostToDevice, stream_));
+      DEVICE_CUDA(cudaMemcpyAsync(rw_.get(), routing->weights, nr * 4, cudaMemcpyHostToDevice, stream_));
       a.topk_ids = ids_.as<int32_t>();
       a.topk_weights = rw_.as<float>();
     }
     const size_t wsb = forward_->workspace_bytes(tokens);
     MXMOE_RETURN_IF_ERROR(ws_.reserve(wsb));
     if (margin_ > 0) {  // poisoned workspace: an unwritten row read back is NaN
-      DEVICE_CUDA(cudaMemsetAsync(ws_.ptr, 0xFF, wsb, stream_));
-      DEVICE_CUDA(cudaMemsetAsync(y_.ptr, 0xFF, nx * 4, stream_));
+      DEVICE_CUDA(cudaMemsetAsync(ws_.get(), 0xFF, wsb, stream_));
+      DEVICE_CUDA(cudaMemsetAsync(y_.get(), 0xFF, nx * 4, stream_));
     }
-    MXMOE_RETURN_IF_ERROR(forward_->forward(a, ws_.ptr, wsb, stream_));
-    DEVICE_CUDA(cudaMemcpyAsync(y, y_.ptr, nx * 4, cudaMemcpyDeviceToHost, stream_));
+    MXMOE_RETURN_IF_ERROR(forward_->forward(a, ws_.get(), wsb, stream_));
+    DEVICE_CUDA(cudaMemcpyAsync(y, y_.get(), nx * 4, cudaMemcpyDeviceToHost, stream_));
     DEVICE_CUDA(cudaStreamSynchronize(stream_));
     return Status::Ok();
   }
@@ -110,7 +92,7 @@ class DeviceBackend final : public Backend {
     MXMOE_RETURN_IF_ERROR(ws.reserve(wsb));
     MXMOE_RETURN_IF_ERROR(ids.reserve(nr * 4 * size_t(sets)));
     MXMOE_RETURN_IF_ERROR(rw.reserve(nr * 4 * size_t(sets)));
-    DEVICE_CUDA(cudaMemcpy(x.ptr, xb.data(), nx * 2, cudaMemcpyHostToDevice));
+    DEVICE_CUDA(cudaMemcpy(x.get(), xb.data(), nx * 2, cudaMemcpyHostToDevice));
     for (int i = 0; i < sets; ++i) {
       const Routing r = make_random_routing(tokens, s.experts, s.topk, seed + uint64_t(i));
       DEVICE_CUDA(cudaMemcpy(ids.as<int32_t>() + nr * size_t(i), r.ids.data(), nr * 4, cudaMemcpyHostToDevice));
@@ -123,7 +105,7 @@ class DeviceBackend final : public Backend {
       a.topk_ids = ids.as<int32_t>() + nr * size_t(i);
       a.topk_weights = rw.as<float>() + nr * size_t(i);
       a.y = y.as<float>();
-      return forward_->forward(a, ws.ptr, wsb, stream_);
+      return forward_->forward(a, ws.get(), wsb, stream_);
     };
     // One graph per routing set (precomputed-routing path), and one graph of
     // every set's forward back to back.

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/common/device_memory.h"
 #include "cuda/common/forward_args.h"
 #include "mxmoe/backend.h"
 #include "mxmoe/moe.h"
@@ -25,19 +26,6 @@ struct DeviceBackendOptions {
 };
 
 namespace smxx {
-
-// A device allocation that frees itself.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
-  // Keeps the allocation when it already holds `n` bytes.
-  Status reserve(size_t n);
-  template <typename T> T* as() const { return static_cast<T*>(ptr); }
-};
 
 // One backend's forward on the current device, over weights it owns.
 class DeviceForward {

@@ -46,8 +46,9 @@ class DeviceGuard {
 class DeviceLayer final : public MoeLayer {
  public:
   DeviceLayer(BackendKind kind, std::string reason, int device, const MoeShape& shape, bool has_router,
-              std::unique_ptr<smxx::DeviceForward> forward)
+              size_t device_bytes, std::unique_ptr<smxx::DeviceForward> forward)
       : MoeLayer(kind, std::move(reason), device, shape, has_router),
+        device_bytes_(device_bytes),
         forward_(std::move(forward)),
         graphs_(records_launches(kind) ? std::make_unique<smxx::EagerGraphs>() : nullptr) {}
 
@@ -57,6 +58,8 @@ class DeviceLayer final : public MoeLayer {
     graphs_.reset();
     forward_.reset();
   }
+
+  size_t device_bytes() const override { return device_bytes_; }
 
   size_t forward_workspace_bytes(int64_t tokens) const override {
     return tokens > 0 ? forward_->workspace_bytes(tokens) : 0;
@@ -124,25 +127,28 @@ class DeviceLayer final : public MoeLayer {
     return Status::Ok();
   }
 
+  size_t device_bytes_;
   std::unique_ptr<smxx::DeviceForward> forward_;
   std::unique_ptr<smxx::EagerGraphs> graphs_;  // null: the forward launches directly
 };
 
 }  // namespace
 
-Status create_device_layer(BackendKind kind, std::string reason, int device, const MoeWeightsView& weights,
-                           [[maybe_unused]] const ActivationOptions& activations, std::unique_ptr<MoeLayer>* out) {
+Status create_device_layer(BackendKind kind, std::string reason, const MoeWeightsView& weights,
+                           const LayerOptions& options, std::unique_ptr<MoeLayer>* out) {
   const char* who = backend_name(kind);
+  const int device = options.device;
   DeviceGuard guard;
   MXMOE_RETURN_IF_ERROR(guard.enter(device, who));
   // The weights are prepared on the device (src/cuda/prepare/): straight from
   // the caller's device memory, or from host memory staged there first.
+  const smxx::MemorySource memory{options.allocator, device, options.stream};
   smxx::StagedWeights staged;
-  MXMOE_RETURN_IF_ERROR(smxx::stage_weights(weights, device, who, &staged));
+  MXMOE_RETURN_IF_ERROR(smxx::stage_weights(weights, memory, who, &staged));
   smxx::DeviceImage image;
-  MXMOE_RETURN_IF_ERROR(smxx::prepare_image(make_plan(kind, weights.shape), scale_image_of(kind), staged.view, 0, who,
-                                            staged.stream, &image));
-  staged = {};  // the staging copy goes before the forward is built
+  MXMOE_RETURN_IF_ERROR(
+      smxx::prepare_image(make_plan(kind, weights.shape), scale_image_of(kind), staged.view, 0, who, memory, &image));
+  staged.copy.release();  // the staging copy goes before the forward is built
   std::unique_ptr<smxx::DeviceForward> forward;
   switch (kind) {
     case BackendKind::kPortable: MXMOE_RETURN_IF_ERROR(portable::make_forward(image, &forward)); break;
@@ -152,12 +158,14 @@ Status create_device_layer(BackendKind kind, std::string reason, int device, con
 #ifdef MXMOE_WITH_BLOCKSCALED
     case BackendKind::kSm100:
     case BackendKind::kSm120:
-      MXMOE_RETURN_IF_ERROR(blockscaled::make_forward(kind, image, activations, false, &forward));
+      MXMOE_RETURN_IF_ERROR(blockscaled::make_forward(kind, image, options.activations, false, &forward));
       break;
 #endif
     default: return Status::Unsupported(fmt::format("{}: no device layer in this build", who));
   }
-  *out = std::make_unique<DeviceLayer>(kind, std::move(reason), device, weights.shape, image.has_router,
+  size_t bytes = 0;
+  for (const smxx::DeviceBuffer& piece : *image.storage) bytes += piece.bytes();
+  *out = std::make_unique<DeviceLayer>(kind, std::move(reason), device, weights.shape, image.has_router, bytes,
                                        std::move(forward));
   return Status::Ok();
 }

@@ -32,6 +32,7 @@
 #include "cuda/parallel/ranked_layer.h"
 #include "cuda/parallel/smxx_ep_dispatch.h"
 #include "cuda/portable/portable_backend.h"
+#include "cuda/prepare/device_image.h"
 #include "parallel/expert_dispatch.h"
 #include "parallel/timing_summary.h"
 #include "prepare/copy_slice.h"
@@ -40,29 +41,31 @@ namespace mxmoe::parallel {
 namespace {
 
 struct EpRank {
+  EpRank(RankStream s, smxx::MemorySource m) : owned_stream(std::move(s)), memory(std::move(m)) {}
+  ~EpRank() {
+    if (host_counts) cudaFreeHost(host_counts);
+  }
+  RankStream owned_stream;  // first: it outlives the memory given back in its order
+  cudaStream_t stream = owned_stream.get();
+  smxx::MemorySource memory;
   portable::UploadedWeights weights;  // local experts, and the router over all experts
   portable::DeviceWeights router;     // weights.view with the global E and top-k (route_topk)
   portable::DeviceWeights experts;    // weights.view with top-1: one received row, one pair
-  cudaStream_t stream = nullptr;
   int32_t* host_counts = nullptr;     // pinned [N, N], the all-gathered counts
   // Own tokens: x, routing ([sets][tokens, k] when timing), the result.
-  DeviceArray<uint16_t> x;
-  DeviceArray<int32_t> ids;
-  DeviceArray<float> rw, y;
+  DeviceArray<uint16_t> x{memory};
+  DeviceArray<int32_t> ids{memory};
+  DeviceArray<float> rw{memory}, y{memory};
   // Dispatch: plan, rows out, results back (send buffer order).
-  DeviceArray<int32_t> pair_pos, counts, all_counts, send_ids;
-  DeviceArray<uint16_t> send_x;
-  DeviceArray<float> send_w, back_y;
+  DeviceArray<int32_t> pair_pos{memory}, counts{memory}, all_counts{memory}, send_ids{memory};
+  DeviceArray<uint16_t> send_x{memory};
+  DeviceArray<float> send_w{memory}, back_y{memory};
   // Rows received from every rank (source-major) and their results.
-  DeviceArray<uint16_t> recv_x;
-  DeviceArray<int32_t> recv_ids;
-  DeviceArray<float> recv_w, recv_y;
-  DeviceArray<uint8_t> ws;
-  DeviceArray<float> scratch;  // start_together's float
-  ~EpRank() {
-    if (stream) cudaStreamDestroy(stream);
-    if (host_counts) cudaFreeHost(host_counts);
-  }
+  DeviceArray<uint16_t> recv_x{memory};
+  DeviceArray<int32_t> recv_ids{memory};
+  DeviceArray<float> recv_w{memory}, recv_y{memory};
+  DeviceArray<uint8_t> ws{memory};
+  DeviceArray<float> scratch{memory};  // start_together's float
 };
 
 // Events around the exchanges of one forward (time_forward).
@@ -89,20 +92,24 @@ class EpLayer final : public RankedLayer<EpRank> {
       WeightShard shard;
       MXMOE_RETURN_IF_ERROR(shard_expert_parallel(BackendKind::kPortable, w, r, n, &shard));
       copy_router(w, 0, w.shape.experts, shard.prepared.plan.hidden_padded, &shard.prepared.weights);
-      auto k = std::make_unique<EpRank>();
-      MXMOE_RETURN_IF_ERROR(portable::upload_weights(shard.prepared, 0, &k->weights));
+      RankStream stream;
+      MXMOE_RETURN_IF_ERROR(stream.create());
+      const smxx::MemorySource memory = rank_memory(config_, group_->device(r), stream);
+      auto k = std::make_unique<EpRank>(std::move(stream), memory);
+      smxx::DeviceImage image;
+      MXMOE_RETURN_IF_ERROR(smxx::upload_image(shard.prepared, ScaleImage::kPlanOrder, 0, "ep", k->memory, &image));
+      MXMOE_RETURN_IF_ERROR(portable::weights_from_image(image, &k->weights));
       k->router = k->weights.view;
       k->router.shape = w.shape;
       k->experts = k->weights.view;
       k->experts.shape.topk = 1;
       k->experts.router_weight = nullptr;  // the expert pass always gets its routing
       k->experts.router_bias = nullptr;
-      PARALLEL_CUDA(cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking));
       PARALLEL_CUDA(cudaMallocHost(&k->host_counts, size_t(n * n) * sizeof(int32_t)));
       MXMOE_RETURN_IF_ERROR(k->counts.reserve(size_t(n)));
       MXMOE_RETURN_IF_ERROR(k->all_counts.reserve(size_t(n * n)));
       MXMOE_RETURN_IF_ERROR(k->scratch.reserve(1));
-      PARALLEL_CUDA(cudaMemset(k->scratch.get(), 0, sizeof(float)));
+      PARALLEL_CUDA(cudaMemsetAsync(k->scratch.get(), 0, sizeof(float), k->stream));
       ranks_[size_t(r)] = std::move(k);
       return Status::Ok();
     });

@@ -51,6 +51,12 @@ TimingInputs make_timing_inputs(const MoeShape& shape, int64_t tokens, int sets,
   return in;
 }
 
+RankStream::~RankStream() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status RankStream::create() { return cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"); }
+
 EventSet::~EventSet() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
 }

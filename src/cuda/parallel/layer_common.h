@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "cuda/common/device_memory.h"
 #include "mxmoe/moe.h"
+#include "mxmoe/parallel.h"
 #include "mxmoe/status.h"
 
 namespace mxmoe::parallel {
@@ -22,6 +24,28 @@ Status check_forward_args(const char* mode, const MoeShape& shape, bool has_rout
 // The portable pipeline's limits (experts, top-k), checked when a layer is
 // created so that no forward stops on them once NCCL operations are queued.
 Status check_portable_limits(const char* mode, const MoeShape& shape);
+
+// A rank's non-blocking stream, destroyed with its owner.
+class RankStream {
+ public:
+  RankStream() = default;
+  RankStream(RankStream&& o) noexcept : stream_(o.stream_) { o.stream_ = nullptr; }
+  RankStream& operator=(RankStream&&) = delete;
+  ~RankStream();
+  Status create();  // on the current device
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// What a rank's buffers come from: the layer's allocator on the rank's
+// device, in the order of the rank's stream. A rank holds its RankStream
+// before its buffers, so the stream outlives every buffer given back in its
+// order.
+inline smxx::MemorySource rank_memory(const ParallelConfig& config, int device, const RankStream& stream) {
+  return {config.allocator, device, stream.get()};
+}
 
 // x rounded to bf16 (the activations the portable kernels read).
 std::vector<uint16_t> to_bf16(const float* x, size_t n);

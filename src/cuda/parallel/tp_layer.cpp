@@ -19,6 +19,7 @@
 #include "cuda/parallel/rank_group.h"
 #include "cuda/parallel/ranked_layer.h"
 #include "cuda/portable/portable_backend.h"
+#include "cuda/prepare/device_image.h"
 #ifdef MXMOE_WITH_SM90
 #include "cuda/sm90/sm90_backend.h"
 #endif
@@ -28,25 +29,29 @@ namespace mxmoe::parallel {
 namespace {
 
 struct TpRank {
+  TpRank(RankStream s, smxx::MemorySource m) : owned_stream(std::move(s)), memory(std::move(m)) {}
+  RankStream owned_stream;  // first: it outlives the memory given back in its order
+  cudaStream_t stream = owned_stream.get();
+  smxx::MemorySource memory;
   std::unique_ptr<smxx::DeviceForward> forward;  // the backend's forward over this rank's shard
-  cudaStream_t stream = nullptr;
-  DeviceArray<uint16_t> x;   // bf16 [T, H]
-  DeviceArray<float> y;      // fp32 [T, H]: the partial, then (all-reduced) the sum
-  DeviceArray<int32_t> ids;  // caller's or timing routing, [sets][T, k]
-  DeviceArray<float> rw;
-  DeviceArray<uint8_t> ws;   // the forward's workspace
-  DeviceArray<float> scratch;  // start_together's float
-  ~TpRank() {
-    if (stream) cudaStreamDestroy(stream);
-  }
+  DeviceArray<uint16_t> x{memory};    // bf16 [T, H]
+  DeviceArray<float> y{memory};       // fp32 [T, H]: the partial, then (all-reduced) the sum
+  DeviceArray<int32_t> ids{memory};   // caller's or timing routing, [sets][T, k]
+  DeviceArray<float> rw{memory};
+  DeviceArray<uint8_t> ws{memory};    // the forward's workspace
+  DeviceArray<float> scratch{memory};  // start_together's float
 };
 
-// The configured backend's forward over a shard, on the current device.
-Status make_rank_forward(BackendKind backend, const PreparedWeights& shard, std::unique_ptr<smxx::DeviceForward>* out) {
+// The configured backend's forward over a shard, uploaded from `memory` on
+// the current device.
+Status make_rank_forward(BackendKind backend, const PreparedWeights& shard, const smxx::MemorySource& memory,
+                         std::unique_ptr<smxx::DeviceForward>* out) {
+  smxx::DeviceImage image;
+  MXMOE_RETURN_IF_ERROR(smxx::upload_image(shard, ScaleImage::kPlanOrder, 0, "tp", memory, &image));
 #ifdef MXMOE_WITH_SM90
-  if (backend == BackendKind::kSm90) return sm90::make_forward(shard, 0, sm90::Overrides{}, out);
+  if (backend == BackendKind::kSm90) return sm90::make_forward(image, sm90::Overrides{}, out);
 #endif
-  if (backend == BackendKind::kPortable) return portable::make_forward(shard, 0, out);
+  if (backend == BackendKind::kPortable) return portable::make_forward(image, out);
   return Status::Unsupported(fmt::format("tp: the {} backend is not built for the multi-GPU layer", backend_name(backend)));
 }
 
@@ -67,11 +72,13 @@ class TpLayer final : public RankedLayer<TpRank> {
     return group_->run([&](int r) -> Status {
       WeightShard shard;
       MXMOE_RETURN_IF_ERROR(shard_tensor_parallel(config_.backend, w, r, config_.size, &shard));
-      auto k = std::make_unique<TpRank>();
-      MXMOE_RETURN_IF_ERROR(make_rank_forward(config_.backend, shard.prepared, &k->forward));
-      PARALLEL_CUDA(cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking));
+      RankStream stream;
+      MXMOE_RETURN_IF_ERROR(stream.create());
+      const smxx::MemorySource memory = rank_memory(config_, group_->device(r), stream);
+      auto k = std::make_unique<TpRank>(std::move(stream), memory);
+      MXMOE_RETURN_IF_ERROR(make_rank_forward(config_.backend, shard.prepared, k->memory, &k->forward));
       MXMOE_RETURN_IF_ERROR(k->scratch.reserve(1));
-      PARALLEL_CUDA(cudaMemset(k->scratch.get(), 0, sizeof(float)));
+      PARALLEL_CUDA(cudaMemsetAsync(k->scratch.get(), 0, sizeof(float), k->stream));
       ranks_[size_t(r)] = std::move(k);
       return Status::Ok();
     });

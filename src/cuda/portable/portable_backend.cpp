@@ -68,14 +68,6 @@ Status portable::weights_from_image(const smxx::DeviceImage& img, UploadedWeight
   return Status::Ok();
 }
 
-Status portable::upload_weights(const PreparedWeights& prep, int64_t poison_margin_bytes, UploadedWeights* out) {
-  if (prep.plan.swizzle != WeightSwizzle::kMmaRowGroups16 && prep.plan.swizzle != WeightSwizzle::kMmaRowTiles128)
-    return Status::InvalidArgument("portable: the kernels read codes in fragment order; the plan has none");
-  smxx::DeviceImage img;
-  MXMOE_RETURN_IF_ERROR(smxx::upload_image(prep, ScaleImage::kPlanOrder, poison_margin_bytes, "portable", &img));
-  return weights_from_image(img, out);
-}
-
 portable::Overrides portable::overrides_from_env(Overrides o) {
   if (o.down_combine_warps == 0) {
     if (const char* v = std::getenv("MXMOE_DOWN_COMBINE_WARPS"))
@@ -88,10 +80,9 @@ portable::Overrides portable::overrides_from_env(Overrides o) {
 
 Status portable::make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes,
                               std::unique_ptr<smxx::DeviceForward>* out, const Overrides& overrides) {
-  portable::UploadedWeights up;
-  MXMOE_RETURN_IF_ERROR(portable::upload_weights(prepared, poison_margin_bytes, &up));
-  *out = std::make_unique<PortableForward>(std::move(up), overrides_from_env(overrides));
-  return Status::Ok();
+  smxx::DeviceImage image;
+  MXMOE_RETURN_IF_ERROR(smxx::upload_image(prepared, ScaleImage::kPlanOrder, poison_margin_bytes, "portable", {}, &image));
+  return make_forward(image, out, overrides);
 }
 
 Status portable::make_forward(const smxx::DeviceImage& image, std::unique_ptr<smxx::DeviceForward>* out,

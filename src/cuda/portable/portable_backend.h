@@ -29,31 +29,27 @@ Status create_portable_backend(const MoeWeightsView& weights, const PortableOpti
 
 namespace portable {
 
-// Prepared weights on the current device: one allocation, owned by `storage`
+// Prepared weights on the current device: allocations owned by `storage`
 // (freed when the last copy of it goes), that `view` points into.
 struct UploadedWeights {
   DeviceWeights view;
-  std::shared_ptr<void> storage;
+  std::shared_ptr<const void> storage;
 };
 
-// Uploads weights prepared with a portable plan (make_plan or a shard's) or an
-// sm90 plan (the same layout, padded to 128):
-// codes swizzled per plan.swizzle, each tensor inside `poison_margin_bytes` of
-// poison (see DeviceBackendOptions; 0 for none). view.shape is plan.shape; the
-// router pointers are null when `prepared` holds no router.
-Status upload_weights(const PreparedWeights& prepared, int64_t poison_margin_bytes,
-                      UploadedWeights* out);
-
 // The portable kernels' view of a device image of a portable or sm90 plan
-// (src/cuda/prepare/device_image.h); `out` shares the image's allocation.
+// (src/cuda/prepare/device_image.h; the same layout): view.shape is the
+// plan's shape, the router pointers are null when the image holds no router;
+// `out` shares the image's allocations.
 Status weights_from_image(const smxx::DeviceImage& image, UploadedWeights* out);
 
 // The portable forward over a device image of a portable plan.
 Status make_forward(const smxx::DeviceImage& image, std::unique_ptr<smxx::DeviceForward>* out,
                     const Overrides& overrides = {});
 
-// Uploads `prepared` (a portable plan or shard) and returns the portable
-// forward over it on the current device; `overrides` as in PortableOptions.
+// Uploads `prepared` (a portable plan), each tensor inside
+// `poison_margin_bytes` of poison (see DeviceBackendOptions; 0 for none), and
+// returns the portable forward over it on the current device; `overrides` as
+// in PortableOptions.
 Status make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes,
                     std::unique_ptr<smxx::DeviceForward>* out, const Overrides& overrides = {});
 

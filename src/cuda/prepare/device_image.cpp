@@ -6,37 +6,22 @@
 #include <fmt/format.h>
 
 #include "cuda/common/smxx_moe_kernels.h"
-#include "cuda/common/upload_pieces.h"
 #include "cuda/prepare/smxx_prepare_kernels.h"
 #include "mxmoe/format.h"
 
 namespace mxmoe::smxx {
 namespace {
 
-size_t margin_of(int64_t poison_margin_bytes) {
-  return size_t((std::max<int64_t>(poison_margin_bytes, 0) + 255) / 256 * 256);
+// Poison for the margins of each piece: codes 0x77 (+6, +6), scales 0xFF
+// (NaN), bf16 NaN words (0x7FC0) around biases and router.
+void fill_poison(int piece, std::vector<uint8_t>* bytes) {
+  const bool bf16 = piece == kB13 || piece == kB2 || piece >= kRouterWeight;
+  const uint8_t byte = piece == kW13Codes || piece == kW2Codes ? 0x77 : kE8M0NaN;
+  for (size_t j = 0; j < bytes->size(); ++j) (*bytes)[j] = bf16 ? ((j & 1) ? 0x7F : 0xC0) : byte;
 }
 
-// The image's allocation with every piece placed and its margins poisoned.
-Status allocate_image(const PreparePlan& plan, ScaleImage scales, bool has_router, SwigluParams swiglu, size_t margin,
-                      const char* who, DeviceImage* out, std::vector<UploadPiece>* pieces) {
-  const auto bytes = image_piece_bytes(plan, scales, has_router);
-  // Margins: codes 0x77 (+6, +6), scales 0xFF (NaN), bf16 NaN words.
-  const uint8_t poison[kImagePieces] = {0x77, kE8M0NaN, 0, 0x77, kE8M0NaN, 0, 0, 0};
-  pieces->clear();
-  for (int i = 0; i < kImagePieces; ++i)
-    pieces->push_back({size_t(bytes[size_t(i)]), poison[i], i == kB13 || i == kB2 || i >= kRouterWeight});
-  auto storage = std::make_shared<DeviceBuffer>();
-  MXMOE_RETURN_IF_ERROR(storage->reserve(lay_out_pieces(pieces, margin)));
-  MXMOE_RETURN_IF_ERROR(write_margins(storage->as<uint8_t>(), *pieces, margin, who));
-  out->plan = plan;
-  out->swiglu = swiglu;
-  out->scales = scales;
-  out->has_router = has_router;
-  for (int i = 0; i < kImagePieces; ++i) out->piece[size_t(i)] = storage->as<uint8_t>() + (*pieces)[size_t(i)].off;
-  out->storage = std::move(storage);
-  return Status::Ok();
-}
+// Piece i of an image being written (the forwards see it read-only).
+uint8_t* writable(const DeviceImage& img, int i) { return const_cast<uint8_t*>(img.piece[size_t(i)]); }
 
 bool any_large(const std::vector<uint8_t>& scales) {
   return std::any_of(scales.begin(), scales.end(), [](uint8_t s) { return s >= 128; });
@@ -81,17 +66,51 @@ Status check_error(const MoeWeightsView& w, const SourceChecks& c, const char* w
 
 }  // namespace
 
+Status allocate_image(const PreparePlan& plan, ScaleImage scales, bool has_router, int64_t poison_margin_bytes,
+                      const char* who, const MemorySource& memory, DeviceImage* out) {
+  const auto bytes = image_piece_bytes(plan, scales, has_router);
+  // A multiple of 256, so that each piece starts 256-byte aligned.
+  const size_t margin = size_t((std::max<int64_t>(poison_margin_bytes, 0) + 255) / 256 * 256);
+  auto storage = std::make_shared<ImageMemory>();
+  DeviceImage img;
+  std::vector<uint8_t> poison(margin);
+  for (int i = 0; i < kImagePieces; ++i) {
+    const size_t n = size_t(bytes[size_t(i)]);
+    if (n == 0) continue;  // no router
+    DeviceBuffer& buffer = (*storage)[size_t(i)];
+    buffer = DeviceBuffer(memory);
+    MXMOE_RETURN_IF_ERROR(buffer.reserve(margin + n + margin));
+    uint8_t* at = buffer.as<uint8_t>();
+    img.piece[size_t(i)] = at + margin;
+    if (margin == 0) continue;
+    fill_poison(i, &poison);
+    for (uint8_t* m : {at, at + margin + n})
+      MXMOE_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(m, poison.data(), margin, cudaMemcpyHostToDevice, memory.stream), who, "poison margin"));
+    // `poison` is refilled for the next piece: the copies must have read it.
+    MXMOE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(memory.stream), who, "poison margin"));
+  }
+  img.plan = plan;
+  img.scales = scales;
+  img.has_router = has_router;
+  img.storage = std::move(storage);
+  *out = std::move(img);
+  return Status::Ok();
+}
+
 Status upload_image(const PreparedWeights& prep, ScaleImage scales, int64_t poison_margin_bytes, const char* who,
-                    DeviceImage* out) {
+                    const MemorySource& memory, DeviceImage* out) {
   const PreparePlan& plan = prep.plan;
   const MoeWeights& p = prep.weights;
-  std::vector<UploadPiece> pieces;
   DeviceImage img;
-  MXMOE_RETURN_IF_ERROR(allocate_image(plan, scales, !p.router_weight.empty(), p.swiglu, margin_of(poison_margin_bytes),
-                                       who, &img, &pieces));
-  uint8_t* dev = img.storage->as<uint8_t>();
+  MXMOE_RETURN_IF_ERROR(
+      allocate_image(plan, scales, !p.router_weight.empty(), poison_margin_bytes, who, memory, &img));
+  img.swiglu = p.swiglu;
+  // A copy from pageable memory returns once it has read the source, so
+  // `stage` may be refilled; the stream is synchronised before the image is
+  // handed out.
   auto put = [&](int i, const void* src, size_t bytes, size_t at = 0) {
-    return cuda_status(cudaMemcpy(dev + pieces[size_t(i)].off + at, src, bytes, cudaMemcpyHostToDevice), who,
+    return cuda_status(cudaMemcpyAsync(writable(img, i) + at, src, bytes, cudaMemcpyHostToDevice, memory.stream), who,
                        "upload");
   };
   const int64_t E = plan.shape.experts, Hp = plan.hidden_padded, Ip = plan.intermediate_padded;
@@ -128,6 +147,7 @@ Status upload_image(const PreparedWeights& prep, ScaleImage scales, int64_t pois
   const int bf16_piece[4] = {kB13, kB2, kRouterWeight, kRouterBias};
   for (int i = 0; i < 4; ++i)
     if (!bf16[i]->empty()) MXMOE_RETURN_IF_ERROR(put(bf16_piece[i], bf16[i]->data(), bf16[i]->size() * 2));
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(memory.stream), who, "upload"));
   img.w13_large_scales = any_large(p.w13_scales);
   img.w2_large_scales = any_large(p.w2_scales);
   *out = std::move(img);
@@ -135,28 +155,28 @@ Status upload_image(const PreparedWeights& prep, ScaleImage scales, int64_t pois
 }
 
 Status prepare_image(const PreparePlan& plan, ScaleImage scales, const MoeWeightsView& w, int64_t poison_margin_bytes,
-                     const char* who, cudaStream_t stream, DeviceImage* out) {
+                     const char* who, const MemorySource& memory, DeviceImage* out) {
   MXMOE_RETURN_IF_ERROR(validate_weights(w));
   const MoeShape& s = w.shape;
   if (s.experts != plan.shape.experts || s.hidden != plan.shape.hidden || s.intermediate != plan.shape.intermediate)
     return Status::InvalidArgument(fmt::format("{}: the plan was made for another shape", who));
   const bool has_router = w.router_weight && w.router_bias;
-  DeviceBuffer check_buffer;
+  const cudaStream_t stream = memory.stream;
+  DeviceBuffer check_buffer(memory);
   MXMOE_RETURN_IF_ERROR(check_buffer.reserve(sizeof(SourceChecks)));
   auto* checks = check_buffer.as<SourceChecks>();
   MXMOE_RETURN_IF_ERROR(launch_check_source(w, checks, stream));
-  std::vector<UploadPiece> pieces;
   DeviceImage img;
-  MXMOE_RETURN_IF_ERROR(
-      allocate_image(plan, scales, has_router, w.swiglu, margin_of(poison_margin_bytes), who, &img, &pieces));
-  uint8_t* dev = img.storage->as<uint8_t>();
+  MXMOE_RETURN_IF_ERROR(allocate_image(plan, scales, has_router, poison_margin_bytes, who, memory, &img));
+  img.swiglu = w.swiglu;
+  const auto piece_bytes = image_piece_bytes(plan, scales, has_router);
   const int64_t E = s.experts, Hp = plan.hidden_padded, Ip = plan.intermediate_padded;
   RowMap w13_rows{E, 2 * Ip, true, plan.w13_layout, w.w13_layout, Ip, s.intermediate, 0};
   RowMap w2_rows{E, Hp, false, W13Layout::kInterleaved, W13Layout::kInterleaved, 0, 0, s.hidden};
   const GatherMatrix w13{w.w13, w13_rows, Hp}, w2{w.w2, w2_rows, Ip};
   const bool packed = scales == ScaleImage::kBlockscaled;
-  auto at = [&](int i) { return dev + pieces[size_t(i)].off; };
-  auto bytes = [&](int i) { return int64_t(pieces[size_t(i)].bytes); };
+  auto at = [&](int i) { return writable(img, i); };
+  auto bytes = [&](int i) { return piece_bytes[size_t(i)]; };
   MXMOE_RETURN_IF_ERROR(launch_gather_codes(w13, plan.swizzle, at(kW13Codes), bytes(kW13Codes), stream));
   MXMOE_RETURN_IF_ERROR(launch_gather_scales(w13, plan.swizzle, packed, at(kW13Scales), bytes(kW13Scales), stream));
   MXMOE_RETURN_IF_ERROR(launch_gather_codes(w2, plan.swizzle, at(kW2Codes), bytes(kW2Codes), stream));

@@ -147,7 +147,7 @@ Status load_device_layers(const Checkpoint& ckpt, const std::vector<int64_t>& la
     MXMOE_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&sl.host.p), size_t(layer_bytes),
                                                     cudaHostAllocDefault),
                                       who, "pinned staging"));
-  DeviceBuffer staging;
+  DeviceBuffer staging(MemorySource{o.allocator, o.device, o.stream});
   MXMOE_RETURN_IF_ERROR(staging.reserve(size_t(layer_bytes)));
   if (stats) stats->staging_host_bytes = 2 * layer_bytes;
 
@@ -182,16 +182,23 @@ Status load_device_layers(const Checkpoint& ckpt, const std::vector<int64_t>& la
     }
     result = sl.status;
     if (result.ok()) {
-      // The slot goes up whole, then the layer is prepared from the device copy.
+      // The slot goes up whole, then the layer is prepared from the device
+      // copy (create waits for the copy: the weights are on the device).
       std::vector<const void*> placed;
       for (const WeightSpan& t : weight_spans(sl.view))
         placed.push_back(staging.as<uint8_t>() + (static_cast<const uint8_t*>(t.ptr) - sl.host.p));
-      result = cuda_status(cudaMemcpy(staging.ptr, sl.host.p, size_t(layer_bytes), cudaMemcpyHostToDevice), who,
-                           "upload");
+      result = cuda_status(
+          cudaMemcpyAsync(staging.get(), sl.host.p, size_t(layer_bytes), cudaMemcpyHostToDevice, o.stream), who,
+          "upload");
       std::unique_ptr<MoeLayer> layer;
       if (result.ok())
         result = MoeLayer::create(rebased(sl.view, placed),
-                                  {.backend = o.backend, .device = o.device, .activations = o.activations}, &layer);
+                                  {.backend = o.backend,
+                                   .device = o.device,
+                                   .activations = o.activations,
+                                   .allocator = o.allocator,
+                                   .stream = o.stream},
+                                  &layer);
       result = with_layer(layers[i], result);
       if (result.ok()) done.push_back(std::move(layer));
     }

@@ -90,15 +90,15 @@ Status weights_device(const MoeWeightsView& w, int* device) {
 
 namespace smxx {
 
-Status stage_weights(const MoeWeightsView& w, int device, const char* who, StagedWeights* out) {
+Status stage_weights(const MoeWeightsView& w, const MemorySource& memory, const char* who, StagedWeights* out) {
+  const int device = memory.device;
   int where = -1;
   MXMOE_RETURN_IF_ERROR(weights_device(w, &where));
   out->view = w;
-  out->stream = nullptr;
-  out->copy.reset();
+  out->copy.release();
   if (where == device) {
     // The caller's writes may be on any of its streams: wait for them all
-    // (once, at set-up) before the legacy stream reads the tensors.
+    // (once, at set-up) before the memory's stream reads the tensors.
     return cuda_status(cudaDeviceSynchronize(), who, "wait for the weights' writes");
   }
   if (where >= 0)
@@ -109,14 +109,15 @@ Status stage_weights(const MoeWeightsView& w, int device, const char* who, Stage
   const std::vector<WeightSpan> all = weight_spans(w);
   int64_t total = 0;
   const std::vector<int64_t> at = staging_offsets(all, &total);
-  auto copy = std::make_shared<DeviceBuffer>();
-  MXMOE_RETURN_IF_ERROR(copy->reserve(size_t(total)));
+  DeviceBuffer copy(memory);
+  MXMOE_RETURN_IF_ERROR(copy.reserve(size_t(total)));
   std::vector<const void*> placed;
   for (size_t i = 0; i < all.size(); ++i) {
-    uint8_t* dst = copy->as<uint8_t>() + at[i];
+    uint8_t* dst = copy.as<uint8_t>() + at[i];
     if (all[i].bytes)
-      MXMOE_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dst, all[i].ptr, size_t(all[i].bytes), cudaMemcpyHostToDevice), who,
-                                        "stage the weights"));
+      MXMOE_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(dst, all[i].ptr, size_t(all[i].bytes), cudaMemcpyHostToDevice, memory.stream), who,
+          "stage the weights"));
     placed.push_back(dst);
   }
   out->view = rebased(w, placed);

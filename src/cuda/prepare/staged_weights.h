@@ -8,15 +8,14 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/common/device_backend.h"
+#include "cuda/common/device_memory.h"
 #include "mxmoe/moe.h"
 
 namespace mxmoe::smxx {
 
 struct StagedWeights {
-  MoeWeightsView view;             // every pointer memory of the layer's device
-  cudaStream_t stream = nullptr;   // where to read it: the legacy stream, after the caller's writes
-  std::shared_ptr<DeviceBuffer> copy;  // the staging copy of host weights, if any
+  MoeWeightsView view;  // every pointer memory of the layer's device, readable on the memory's stream
+  DeviceBuffer copy;    // the staging copy of host weights, if any
 };
 
 // The tensors of a view in a fixed order (w13 codes, scales, w2 codes,
@@ -35,7 +34,8 @@ std::vector<int64_t> staging_offsets(const std::vector<WeightSpan>& spans, int64
 // `weights` with its tensors at `at` (weight_spans' order), strides kept.
 MoeWeightsView rebased(const MoeWeightsView& weights, const std::vector<const void*>& at);
 
-// On the current device, which is CUDA device `device`.
-Status stage_weights(const MoeWeightsView& weights, int device, const char* who, StagedWeights* out);
+// On the current device, which is CUDA device memory.device: the copy of
+// host weights is taken from `memory` and written on memory.stream.
+Status stage_weights(const MoeWeightsView& weights, const MemorySource& memory, const char* who, StagedWeights* out);
 
 }  // namespace mxmoe::smxx

@@ -47,7 +47,7 @@ class Sm90Forward final : public smxx::DeviceForward {
   }
 
  private:
-  std::shared_ptr<void> storage_;  // the allocation w_ points into
+  std::shared_ptr<const void> storage_;  // the allocations w_ points into
   sm90::DeviceWeights w_;
   sm90::Overrides overrides_;
 };
@@ -80,7 +80,7 @@ Status create_sm90_backend(const MoeWeightsView& weights, const Sm90Options& opt
 Status sm90::make_forward(const PreparedWeights& prepared, int64_t poison_margin_bytes, const Overrides& overrides,
                           std::unique_ptr<smxx::DeviceForward>* out) {
   smxx::DeviceImage image;
-  MXMOE_RETURN_IF_ERROR(smxx::upload_image(prepared, ScaleImage::kPlanOrder, poison_margin_bytes, "sm90", &image));
+  MXMOE_RETURN_IF_ERROR(smxx::upload_image(prepared, ScaleImage::kPlanOrder, poison_margin_bytes, "sm90", {}, &image));
   return make_forward(image, overrides, out);
 }
 
