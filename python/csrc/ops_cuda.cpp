@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -26,32 +27,11 @@ namespace {
 constexpr size_t kSharedWorkspaceBytes = size_t(32) << 20;
 
 // The kept buffers come from torch's caching allocator (counted in its
-// statistics like the layers), taken on a private stream of each device: an
-// allocation on the caller's stream could come from a pool that torch lends
-// only for a while (torch.compile's CUDA-graph warm-up routes its stream's
-// allocations into the graph's pool), which a kept buffer must not be part of.
-// Private-stream memory is used on the caller's stream once that stream has
-// waited for the private one, and goes back only after the private stream has
-// waited for the calls that used it: a replaced buffer is reused, by the next
-// buffer, behind every kernel that read it.
-// Makes `device` current for the scope (events and streams are created on,
-// and must be used with, the current device).
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    ok_ = cudaGetDevice(&previous_) == cudaSuccess && (previous_ == device || cudaSetDevice(device) == cudaSuccess);
-  }
-  ~CurrentDevice() {
-    int now = previous_;
-    if (ok_ && cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-  bool ok() const { return ok_; }
-
- private:
-  int previous_ = 0;
-  bool ok_ = false;
-};
-
+// statistics like the layers), in the caller's stream's order, so that a
+// replaced one goes back behind the calls that used it. Each is taken on a
+// thread of its own: torch routes every allocation of a thread that warms up
+// a CUDA graph (torch.compile's CUDA-graph trees) into the graph's pool, which
+// a buffer kept beyond the warm-up must not be part of.
 class KeptWorkspaces {
  public:
   void* get(int device, CUstream_st* stream, size_t bytes) {
@@ -60,26 +40,13 @@ class KeptWorkspaces {
     if (w.bytes >= bytes) return w.ptr;
     size_t size = size_t(1) << 16;  // powers of two: few replacements as T grows
     while (size < bytes) size *= 2;
-    const CurrentDevice current(device);
-    CUstream_st* own = current.ok() ? private_stream(device) : nullptr;
-    cudaEvent_t order = nullptr;
-    if (!own || cudaEventCreateWithFlags(&order, cudaEventDisableTiming) != cudaSuccess) return fail(nullptr);
     const std::shared_ptr<DeviceAllocator> torch = torch_cuda_allocator();
-    bool ok = true;
-    if (w.ptr) {  // back to torch behind the calls queued on `stream` so far
-      ok = cudaEventRecord(order, stream) == cudaSuccess && cudaStreamWaitEvent(own, order, 0) == cudaSuccess;
-      if (!ok) return fail(order);
-      torch->deallocate(device, w.ptr, w.bytes, own);
-      w = {};
-    }
+    if (w.ptr) torch->deallocate(device, w.ptr, w.bytes, stream);
+    w = {};
     void* ptr = nullptr;
-    ok = torch->allocate(device, size, own, &ptr).ok() && cudaEventRecord(order, own) == cudaSuccess &&
-         cudaStreamWaitEvent(stream, order, 0) == cudaSuccess;
-    if (!ok) {
-      if (ptr) torch->deallocate(device, ptr, size, own);
-      return fail(order);
-    }
-    cudaEventDestroy(order);
+    bool ok = false;
+    std::thread([&] { ok = torch->allocate(device, size, stream, &ptr).ok(); }).join();
+    if (!ok) return nullptr;  // torch's allocator then says what it can
     w = {ptr, size};
     return ptr;
   }
@@ -89,24 +56,8 @@ class KeptWorkspaces {
     void* ptr = nullptr;
     size_t bytes = 0;
   };
-  // null: torch's allocator then says what it can
-  static void* fail(cudaEvent_t order) {
-    if (order) cudaEventDestroy(order);
-    cudaGetLastError();  // not sticky: the forward's launches say what is wrong
-    return nullptr;
-  }
-  // Created on first use on `device`, the current one; kept to the end.
-  CUstream_st* private_stream(int device) {
-    auto it = streams_.find(device);
-    if (it != streams_.end()) return it->second;
-    cudaStream_t s = nullptr;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return nullptr;
-    return streams_[device] = s;
-  }
-
   std::mutex mutex_;
   std::map<std::pair<int, CUstream_st*>, Kept> kept_;
-  std::map<int, CUstream_st*> streams_;
 };
 
 void* stream_workspace(const Tensor& like, CUstream_st* stream, size_t bytes) {

@@ -2,9 +2,9 @@
 caller freed into torch's cache, given back when the module goes; from_tensors(consume=True) frees
 the caller's tensors once the layer is built; and a model converted layer by layer as an engine does
 it, with no empty_cache, fits one layer above itself. Skips without a GPU."""
+import ctypes
 import gc
 
-import numpy as np
 import pytest
 import torch
 
@@ -14,7 +14,8 @@ from test_moe import H, SEED, layer_tensors, make_moe
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU test skipped: torch sees no CUDA device")
 
-# torch's allocator rounds each allocation up to 512 bytes; a layer holds at most 8 (one a tensor).
+# torch's allocator rounds each allocation up to 512 bytes; a layer holds at most 8 (one a tensor),
+# and takes them from at most 8 tensors.
 ROUNDING = 8 * 512
 
 
@@ -56,10 +57,11 @@ def test_a_layer_reuses_what_the_caller_freed():
     gc.collect()
     scratch = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     del scratch  # 64 MiB in torch's cache, more than the layer
-    reserved = torch.cuda.memory_reserved()
+    reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
     moe = make_moe(t, "cuda")
-    assert moe.device_bytes < 64 << 20
-    assert torch.cuda.memory_reserved() == reserved
+    assert 0 < moe.device_bytes < 64 << 20
+    assert torch.cuda.memory_allocated() - allocated >= moe.device_bytes  # torch's memory...
+    assert torch.cuda.memory_reserved() == reserved  # ...that torch already held
 
 
 def test_consume_frees_the_tensors_once_the_layer_is_built():
@@ -73,7 +75,7 @@ def test_consume_frees_the_tensors_once_the_layer_is_built():
     given = sum(v.untyped_storage().nbytes() for v in t.values())
     moe = make_moe(t, "cuda", consume=True)
     assert all(v.untyped_storage().nbytes() == 0 for v in t.values())
-    assert 0 <= torch.cuda.memory_allocated() - (before - given + moe.device_bytes) < ROUNDING
+    assert abs(torch.cuda.memory_allocated() - (before - given + moe.device_bytes)) < ROUNDING
     assert torch.equal(moe(x), want)
 
 
@@ -90,25 +92,49 @@ def test_consume_keeps_the_tensors_on_an_error_and_refuses_storage_it_cannot_fre
     assert all(v.untyped_storage().nbytes() > 0 for v in numpy_backed.values())
 
 
+def _unused_stream():
+    """A CUDA stream no call has used before (torch.cuda.Stream() hands out a pool of 32 in turn),
+    made by torch's CUDA runtime; never destroyed, so its handle is not reused."""
+    try:
+        cudart = ctypes.CDLL("libcudart.so." + torch.version.cuda.split(".")[0])  # torch's, already loaded
+    except OSError as e:
+        pytest.skip(f"no CUDA runtime to make a stream with: {e}")
+    handle = ctypes.c_void_p()
+    assert cudart.cudaStreamCreateWithFlags(ctypes.byref(handle), 1) == 0  # cudaStreamNonBlocking
+    return torch.cuda.ExternalStream(handle.value)
+
+
 def test_kept_workspaces_are_torch_memory():
     """The op's buffer kept per stream for calls without a workspace comes from torch's allocator:
-    the first such call on a new stream takes it, the next takes nothing."""
+    the first such call on a stream takes it (a power of two, at least 64 KiB), the next takes
+    nothing, a larger T replaces it, and the results are those of calls given a workspace."""
     _, t = layer_tensors()
     moe = make_moe(t, "cuda")
-    x = torch.randn(9, H, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).cuda()
-    out = torch.empty_like(x)
-    stream = torch.cuda.Stream()
+    g = torch.Generator().manual_seed(SEED)
+    xs = {T: torch.randn(T, H, generator=g).to(torch.bfloat16).cuda() for T in (9, 3000)}
+    want = {}
+    for T, x in xs.items():
+        want[T] = torch.empty_like(x)
+        ws = torch.empty(moe.workspace_bytes(T), dtype=torch.uint8, device="cuda")
+        torch.ops.mxmoe.forward(x, None, None, moe._layer, want[T], ws)
+    outs = {T: torch.empty_like(x) for T, x in xs.items()}
+    stream = _unused_stream()
     stream.wait_stream(torch.cuda.current_stream())
+    grown = []
     with torch.cuda.stream(stream):
-        before = torch.cuda.memory_allocated()
-        torch.ops.mxmoe.forward(x, None, None, moe._layer, out)
-        first = torch.cuda.memory_allocated() - before
-        torch.ops.mxmoe.forward(x, None, None, moe._layer, out)
-        second = torch.cuda.memory_allocated() - before - first
+        for T in (9, 9, 3000):
+            before = torch.cuda.memory_allocated()
+            torch.ops.mxmoe.forward(xs[T], None, None, moe._layer, outs[T])
+            grown.append(torch.cuda.memory_allocated() - before)
     torch.cuda.current_stream().wait_stream(stream)
-    assert first >= moe.workspace_bytes(9) and first & (first - 1) == 0, first  # a power of two
-    assert second == 0
-    assert float(out.float().norm()) > 0
+    first = grown[0]
+    assert first >= max(moe.workspace_bytes(9), 64 << 10) and first & (first - 1) == 0, grown
+    assert grown[1] == 0, grown
+    assert grown[2] > 0 and (first + grown[2]) & (first + grown[2] - 1) == 0, grown  # the larger one, in its place
+    assert first + grown[2] >= moe.workspace_bytes(3000), grown
+    for T in xs:
+        assert float(want[T].float().norm()) > 0
+        torch.testing.assert_close(outs[T], want[T], rtol=0, atol=0)
 
 
 def _layer_120b(device):
@@ -156,7 +182,7 @@ def test_an_engine_converts_a_model_that_fills_the_device(consume):
         del t
     peak = torch.cuda.max_memory_reserved()
     held = sum(m.device_bytes for m in moes)
-    assert 0 <= torch.cuda.memory_allocated() - base - held < ROUNDING * count
+    assert abs(torch.cuda.memory_allocated() - base - held) < ROUNDING * count
     assert peak <= model_reserved + layer_bytes + (2 << 30), (
         f"{count} layers of {layer_bytes / 2**30:.2f} GiB: peak reserved {peak / 2**30:.2f} GiB, "
         f"model {model_reserved / 2**30:.2f} GiB")
