@@ -44,28 +44,6 @@ struct Stream {
   ~Stream() { cudaStreamDestroy(s); }
 };
 
-// The original weights in device memory, and a view of them.
-struct DeviceCopy {
-  std::vector<std::unique_ptr<Dev>> owned;
-  MoeWeightsView view;
-  template <typename T> const T* put(const std::vector<T>& v) {
-    if (v.empty()) return nullptr;
-    owned.push_back(std::make_unique<Dev>(v.size() * sizeof(T)));
-    EXPECT_EQ(cudaMemcpy(owned.back()->p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    return owned.back()->as<T>();
-  }
-  explicit DeviceCopy(const MoeWeights& w) : view(w.view()) {
-    view.w13.codes = put(w.w13_codes);
-    view.w13.scales = put(w.w13_scales);
-    view.w2.codes = put(w.w2_codes);
-    view.w2.scales = put(w.w2_scales);
-    view.b13 = put(w.b13);
-    view.b2 = put(w.b2);
-    view.router_weight = put(w.router_weight);
-    view.router_bias = put(w.router_bias);
-  }
-};
-
 // y (fp32) of one forward at T tokens through the router, on the legacy stream.
 std::vector<float> forward(const MoeLayer& layer, int64_t T, uint64_t seed) {
   const int64_t H = layer.shape().hidden;
@@ -93,7 +71,7 @@ TEST(DeviceAllocator, LayerMemoryComesFromTheCallersAllocator) {
   MXMOE_SKIP_WITHOUT_GPU();
   for (const MoeShape shape : {MoeShape{8, 160, 96, 2}, MoeShape{8, 2880, 736, 4}}) {
     const MoeWeights w = make_random_weights(shape, 91);
-    DeviceCopy on_device(w);
+    testing::DeviceWeights on_device(w);
     for (const std::string& backend : gpu_backends(shape))
       for (const bool from_device : {false, true}) {
         SCOPED_TRACE(::testing::Message() << backend << " E=" << shape.experts << " H=" << shape.hidden

@@ -24,43 +24,18 @@
 TEST(DevicePrepare, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build has no CUDA"; }
 #else
 #include "cuda/prepare/device_image.h"
+#include "support/gpu_layers.h"
 
 namespace mxmoe {
 namespace {
+
+using testing::DeviceWeights;
 
 #define SKIP_WITHOUT_GPU()                                            \
   do {                                                                \
     std::string why;                                                  \
     if (!testing::gpu_available(&why)) GTEST_SKIP() << why;           \
   } while (0)
-
-// The original weights copied to device memory, and a view of them.
-struct DeviceWeights {
-  std::vector<void*> owned;
-  MoeWeightsView view;
-  template <typename T> const T* put(const std::vector<T>& v) {
-    if (v.empty()) return nullptr;
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, v.size() * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    owned.push_back(p);
-    return static_cast<const T*>(p);
-  }
-  explicit DeviceWeights(const MoeWeights& w) {
-    view = w.view();
-    view.w13.codes = put(w.w13_codes);
-    view.w13.scales = put(w.w13_scales);
-    view.w2.codes = put(w.w2_codes);
-    view.w2.scales = put(w.w2_scales);
-    view.b13 = put(w.b13);
-    view.b2 = put(w.b2);
-    view.router_weight = put(w.router_weight);
-    view.router_bias = put(w.router_bias);
-  }
-  ~DeviceWeights() {
-    for (void* p : owned) cudaFree(p);
-  }
-};
 
 std::vector<uint8_t> download(const uint8_t* p, size_t n) {
   std::vector<uint8_t> out(n);

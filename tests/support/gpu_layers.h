@@ -1,8 +1,10 @@
-// What the GPU layer tests share: a device allocation that frees itself and
-// the GPU backends that can run on device 0 (CUDA builds only).
+// What the GPU layer tests share: a device allocation that frees itself, a
+// layer's original weights copied to the device, and the GPU backends that
+// can run on device 0 (CUDA builds only).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "mxmoe/dispatch.h"
+#include "mxmoe/moe.h"
 
 namespace mxmoe::testing {
 
@@ -22,6 +25,28 @@ struct Dev {
   Dev(const Dev&) = delete;
   Dev& operator=(const Dev&) = delete;
   template <typename T> T* as() const { return static_cast<T*>(p); }
+};
+
+// A layer's original weights copied to device memory, and a view of them.
+struct DeviceWeights {
+  std::vector<std::unique_ptr<Dev>> owned;
+  MoeWeightsView view;
+  template <typename T> const T* put(const std::vector<T>& v) {
+    if (v.empty()) return nullptr;
+    owned.push_back(std::make_unique<Dev>(v.size() * sizeof(T)));
+    EXPECT_EQ(cudaMemcpy(owned.back()->p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    return owned.back()->as<T>();
+  }
+  explicit DeviceWeights(const MoeWeights& w) : view(w.view()) {
+    view.w13.codes = put(w.w13_codes);
+    view.w13.scales = put(w.w13_scales);
+    view.w2.codes = put(w.w2_codes);
+    view.w2.scales = put(w.w2_scales);
+    view.b13 = put(w.b13);
+    view.b2 = put(w.b2);
+    view.router_weight = put(w.router_weight);
+    view.router_bias = put(w.router_bias);
+  }
 };
 
 // The device-layer backends (portable, sm90) this build and device 0 can run for `shape`.
