@@ -14,19 +14,21 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     source_ = std::move(other.source_);
     ptr_ = std::exchange(other.ptr_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
-    allocated_ = std::exchange(other.allocated_, 0);
     device_ = other.device_;
   }
   return *this;
 }
 
+DeviceAllocator& DeviceBuffer::allocator() const {
+  return source_.allocator ? *source_.allocator : *cuda_malloc_allocator();
+}
+
 void DeviceBuffer::release() {
   if (ptr_) {
-    const auto& allocator = source_.allocator ? source_.allocator : cuda_malloc_allocator();
-    allocator->deallocate(device_, ptr_, allocated_, source_.stream);
+    allocator().deallocate(device_, ptr_, bytes_, source_.stream);
   }
   ptr_ = nullptr;
-  bytes_ = allocated_ = 0;
+  bytes_ = 0;
 }
 
 Status DeviceBuffer::reserve(size_t n) {
@@ -35,12 +37,10 @@ Status DeviceBuffer::reserve(size_t n) {
   int device = source_.device;
   if (device < 0) MXMOE_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "device memory", "cudaGetDevice"));
   const size_t size = std::max<size_t>(n, 256);
-  const auto& allocator = source_.allocator ? source_.allocator : cuda_malloc_allocator();
   void* p = nullptr;
-  MXMOE_RETURN_IF_ERROR(allocator->allocate(device, size, source_.stream, &p));
+  MXMOE_RETURN_IF_ERROR(allocator().allocate(device, size, source_.stream, &p));
   ptr_ = p;
-  bytes_ = n;
-  allocated_ = size;
+  bytes_ = size;
   device_ = device;
   return Status::Ok();
 }

@@ -38,12 +38,14 @@ class DeviceBuffer {
 
   void* get() const { return ptr_; }
   template <typename T> T* as() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }  // the room asked for
+  size_t bytes() const { return bytes_; }  // the allocation's size: the room asked for, at least 256
 
  private:
+  DeviceAllocator& allocator() const;
+
   MemorySource source_;
   void* ptr_ = nullptr;
-  size_t bytes_ = 0, allocated_ = 0;
+  size_t bytes_ = 0;
   int device_ = -1;  // of the allocation
 };
 
