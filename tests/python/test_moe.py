@@ -104,6 +104,7 @@ def test_attributes(layer, device):
     assert moe.backend_reason.startswith(moe.backend + ":")
     assert (moe.num_experts, moe.hidden_size, moe.intermediate_size, moe.top_k) == (E, H, I, K)
     assert moe.device.type == device
+    assert (moe.device_bytes == 0) == (device == "cpu")  # device memory only for a GPU layer
     forced = make_moe(t, device, backend="cpu" if device == "cpu" else "portable")
     assert forced.backend == ("cpu" if device == "cpu" else "portable")
 
