@@ -340,6 +340,22 @@ def test_out_of_range_ids(layer, device):
         assert rel_l2(y[[0, 2]], good) <= 1e-2
 
 
+def test_consume_frees_the_given_tensors(layer, device):
+    """consume=True: the given tensors' storages are freed once the layer is built (host tensors
+    for a CPU layer too); storage that cannot be freed is refused before anything is built."""
+    _, t = layer
+    x = torch.randn(4, H, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).to(device)
+    want = make_moe(t, device)(x)
+    given = {k: v.clone() for k, v in t.items()}
+    moe = make_moe(given, device, consume=True)
+    assert all(v.untyped_storage().nbytes() == 0 for v in given.values())
+    assert float(want.float().norm()) > 0
+    assert torch.equal(moe(x), want)
+    with pytest.raises(ValueError, match="consume=True .* router_weight's cannot be resized"):
+        make_moe(t, device, consume=True)  # numpy's memory
+    assert all(v.untyped_storage().nbytes() > 0 for v in t.values())
+
+
 def test_bad_weights(layer):
     raw, t = layer
     with pytest.raises(TypeError, match="gate_up_scales must be torch.uint8"):
