@@ -19,7 +19,7 @@ namespace mxmoe {
 
 struct DeviceBackendOptions {
   // Tests: surround every prepared tensor with this many bytes of poison inside
-  // the same allocation (scales 0xFF = NaN, codes 0x77 = +6/+6, biases and router
+  // its allocation (scales 0xFF = NaN, codes 0x77 = +6/+6, biases and router
   // NaN) and fill the workspace with 0xFF, so any read outside a tensor's
   // readable extent or of an unwritten workspace row shows in the output.
   int64_t poison_margin_bytes = 0;
