@@ -40,14 +40,11 @@
 namespace mxmoe::parallel {
 namespace {
 
-struct EpRank {
-  EpRank(RankStream s, smxx::MemorySource m) : owned_stream(std::move(s)), memory(std::move(m)) {}
+struct EpRank : RankBase {
+  using RankBase::RankBase;
   ~EpRank() {
     if (host_counts) cudaFreeHost(host_counts);
   }
-  RankStream owned_stream;  // first: it outlives the memory given back in its order
-  cudaStream_t stream = owned_stream.get();
-  smxx::MemorySource memory;
   portable::UploadedWeights weights;  // local experts, and the router over all experts
   portable::DeviceWeights router;     // weights.view with the global E and top-k (route_topk)
   portable::DeviceWeights experts;    // weights.view with top-1: one received row, one pair
@@ -94,8 +91,7 @@ class EpLayer final : public RankedLayer<EpRank> {
       copy_router(w, 0, w.shape.experts, shard.prepared.plan.hidden_padded, &shard.prepared.weights);
       RankStream stream;
       MXMOE_RETURN_IF_ERROR(stream.create());
-      const smxx::MemorySource memory = rank_memory(config_, group_->device(r), stream);
-      auto k = std::make_unique<EpRank>(std::move(stream), memory);
+      auto k = std::make_unique<EpRank>(std::move(stream), config_.allocator, group_->device(r));
       smxx::DeviceImage image;
       MXMOE_RETURN_IF_ERROR(smxx::upload_image(shard.prepared, ScaleImage::kPlanOrder, 0, "ep", k->memory, &image));
       MXMOE_RETURN_IF_ERROR(portable::weights_from_image(image, &k->weights));

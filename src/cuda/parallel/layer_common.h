@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -39,13 +41,17 @@ class RankStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// What a rank's buffers come from: the layer's allocator on the rank's
-// device, in the order of the rank's stream. A rank holds its RankStream
-// before its buffers, so the stream outlives every buffer given back in its
-// order.
-inline smxx::MemorySource rank_memory(const ParallelConfig& config, int device, const RankStream& stream) {
-  return {config.allocator, device, stream.get()};
-}
+// What a rank holds first: its stream, and where its buffers come from (the
+// layer's allocator on the rank's device, in the order of that stream). As
+// the ranks' base it is destroyed after their buffers, so the stream outlives
+// every buffer given back in its order.
+struct RankBase {
+  RankBase(RankStream s, std::shared_ptr<DeviceAllocator> allocator, int device)
+      : owned_stream(std::move(s)), stream(owned_stream.get()), memory{std::move(allocator), device, stream} {}
+  RankStream owned_stream;
+  cudaStream_t stream;
+  smxx::MemorySource memory;
+};
 
 // x rounded to bf16 (the activations the portable kernels read).
 std::vector<uint16_t> to_bf16(const float* x, size_t n);

@@ -28,11 +28,8 @@
 namespace mxmoe::parallel {
 namespace {
 
-struct TpRank {
-  TpRank(RankStream s, smxx::MemorySource m) : owned_stream(std::move(s)), memory(std::move(m)) {}
-  RankStream owned_stream;  // first: it outlives the memory given back in its order
-  cudaStream_t stream = owned_stream.get();
-  smxx::MemorySource memory;
+struct TpRank : RankBase {
+  using RankBase::RankBase;
   std::unique_ptr<smxx::DeviceForward> forward;  // the backend's forward over this rank's shard
   DeviceArray<uint16_t> x{memory};    // bf16 [T, H]
   DeviceArray<float> y{memory};       // fp32 [T, H]: the partial, then (all-reduced) the sum
@@ -74,8 +71,7 @@ class TpLayer final : public RankedLayer<TpRank> {
       MXMOE_RETURN_IF_ERROR(shard_tensor_parallel(config_.backend, w, r, config_.size, &shard));
       RankStream stream;
       MXMOE_RETURN_IF_ERROR(stream.create());
-      const smxx::MemorySource memory = rank_memory(config_, group_->device(r), stream);
-      auto k = std::make_unique<TpRank>(std::move(stream), memory);
+      auto k = std::make_unique<TpRank>(std::move(stream), config_.allocator, group_->device(r));
       MXMOE_RETURN_IF_ERROR(make_rank_forward(config_.backend, shard.prepared, k->memory, &k->forward));
       MXMOE_RETURN_IF_ERROR(k->scratch.reserve(1));
       PARALLEL_CUDA(cudaMemsetAsync(k->scratch.get(), 0, sizeof(float), k->stream));
