@@ -82,19 +82,39 @@ TEST(PortableHeuristics, DecodeWarpsPerGemm) {
 }
 
 TEST(PortableHeuristics, DescribesTheTiles) {
-  EXPECT_EQ(describe_tiles(1, 4, 32, 2880), kPerPairDescription);
-  EXPECT_EQ(describe_tiles(2, 4, 32, 2880), std::string(kPerPairDescription) + kTileWaitDescription);
-  EXPECT_EQ(describe_tiles(6, 4, 32, 2880), std::string(kPerPairDescription) + kTileWaitDescription);
-  EXPECT_EQ(describe_tiles(1, 4, 128, 384),
+  EXPECT_EQ(describe_tiles(1, 4, 32, 2880), kFusedDecodeDescription);
+  EXPECT_EQ(describe_tiles(16, 4, 32, 2880), kFusedDecodeDescription);
+  const Overrides chain{0, 0, kFusedDecodeOff};
+  EXPECT_EQ(describe_tiles(1, 4, 32, 2880, chain), kPerPairDescription);
+  EXPECT_EQ(describe_tiles(2, 4, 32, 2880, chain), std::string(kPerPairDescription) + kTileWaitDescription);
+  EXPECT_EQ(describe_tiles(6, 4, 32, 2880, chain), std::string(kPerPairDescription) + kTileWaitDescription);
+  EXPECT_EQ(describe_tiles(1, 4, 128, 384, chain),
             std::string(kPerPairDescription) + ", GEMM2 and the combine in one kernel (16 warps a block)");
-  EXPECT_EQ(describe_tiles(2, 4, 128, 384),
+  EXPECT_EQ(describe_tiles(2, 4, 128, 384, chain),
             std::string(kPerPairDescription) + ", GEMM2 and the combine in one kernel (8 warps a block)");
-  EXPECT_EQ(describe_tiles(16, 4, 128, 768),
+  EXPECT_EQ(describe_tiles(16, 4, 128, 768, chain),
             "8-token tiles of expert-grouped rows, GEMM2 and the combine in one kernel (8 warps a block)");
-  EXPECT_EQ(describe_tiles(8, 4, 32, 2880), "8-token tiles of expert-grouped rows");
-  EXPECT_EQ(describe_tiles(16, 4, 32, 2880), "8-token tiles of expert-grouped rows");
+  EXPECT_EQ(describe_tiles(8, 4, 32, 2880, chain), "8-token tiles of expert-grouped rows");
+  EXPECT_EQ(describe_tiles(16, 4, 32, 2880, chain), "8-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(1024, 4, 32, 2880), "32-token tiles of expert-grouped rows");
   EXPECT_EQ(describe_tiles(16384, 4, 32, 2880), "64-token tiles of expert-grouped rows");
+}
+
+// The one-launch decode: where the heuristic takes it, what the overrides
+// force, the 128 pairs its schedule holds; its grid: the larger phase's
+// items, at most the blocks the device holds at once.
+TEST(PortableHeuristics, OneLaunchDecode) {
+  EXPECT_TRUE(fused_decode(1, 4));
+  EXPECT_TRUE(fused_decode(16, 4));
+  EXPECT_FALSE(fused_decode(17, 4));
+  EXPECT_FALSE(fused_decode(1, 4, kFusedDecodeOff));
+  EXPECT_TRUE(fused_decode(32, 4, kFusedDecodeOn));
+  EXPECT_FALSE(fused_decode(33, 4, kFusedDecodeOn));  // 132 pairs: past the schedule
+  EXPECT_FALSE(fused_decode(129, 1, kFusedDecodeOn));
+  EXPECT_EQ(fused_decode_blocks(1, 4, 24, 90, 396), 360);    // TP8: GEMM2's 4 x 90 items
+  EXPECT_EQ(fused_decode_blocks(1, 4, 180, 90, 396), 396);   // full I: 720 GEMM1 items
+  EXPECT_EQ(fused_decode_blocks(16, 4, 180, 90, 396), 396);
+  EXPECT_EQ(fused_decode_blocks(1, 1, 2, 1, 396), 2);
 }
 
 }  // namespace

@@ -19,11 +19,12 @@ struct Wide {
   int32_t i[5];
 };
 
-cudaError_t record(LaunchList* list, const void* func, dim3 grid, char c, const Wide& w, const void* p) {
+cudaError_t record(LaunchList* list, const void* func, dim3 grid, char c, const Wide& w, const void* p,
+                   bool cooperative = false) {
   const void* values[] = {&c, &w, &p};
   const size_t size[] = {sizeof(c), sizeof(w), sizeof(p)};
   const size_t align[] = {alignof(char), alignof(Wide), alignof(const void*)};
-  return record_launch(list, func, grid, dim3(128), 512, true, 2, 3, values, size, align);
+  return record_launch(list, func, grid, dim3(128), 512, true, 2, cooperative, 3, values, size, align);
 }
 
 TEST(RecordedLaunch, KeepsEachArgumentAtItsAlignment) {
@@ -50,6 +51,7 @@ TEST(RecordedLaunch, KeepsEachArgumentAtItsAlignment) {
   EXPECT_EQ(l.smem, 512u);
   EXPECT_TRUE(l.overlap);
   EXPECT_EQ(l.cluster_x, 2u);
+  EXPECT_FALSE(l.cooperative);
 }
 
 TEST(RecordedLaunch, ShapeIsAllButTheArgumentValues) {
@@ -61,6 +63,7 @@ TEST(RecordedLaunch, ShapeIsAllButTheArgumentValues) {
   ASSERT_EQ(record(&b, &f, dim3(4), 'a', w, &p), cudaSuccess);
   ASSERT_EQ(record(&b, &g, dim3(4), 'a', w, &p), cudaSuccess);  // another kernel
   ASSERT_EQ(record(&b, &f, dim3(5), 'a', w, &p), cudaSuccess);  // another grid
+  ASSERT_EQ(record(&b, &f, dim3(4), 'a', w, &p, true), cudaSuccess);  // cooperative
   const RecordedLaunch& l = a.launches[0];
   EXPECT_TRUE(l.same_shape(b.launches[0]));
   EXPECT_FALSE(l.same_arguments(b.launches[0]));
@@ -68,6 +71,8 @@ TEST(RecordedLaunch, ShapeIsAllButTheArgumentValues) {
   EXPECT_TRUE(l.same_arguments(b.launches[1]));
   EXPECT_FALSE(l.same_shape(b.launches[2]));
   EXPECT_FALSE(l.same_shape(b.launches[3]));
+  EXPECT_FALSE(l.same_shape(b.launches[4]));
+  EXPECT_TRUE(b.launches[4].cooperative);
 }
 
 TEST(RecordedLaunch, AFullListRefusesTheNextLaunch) {
@@ -88,7 +93,7 @@ TEST(RecordedLaunch, ArgumentsPastTheRoomAreRefused) {
   const size_t size[] = {sizeof(big)};
   const size_t align[] = {1};
   int f = 0;
-  EXPECT_EQ(record_launch(&list, &f, dim3(1), dim3(32), 0, false, 1, 1, values, size, align), cudaErrorInvalidValue);
+  EXPECT_EQ(record_launch(&list, &f, dim3(1), dim3(32), 0, false, 1, false, 1, values, size, align), cudaErrorInvalidValue);
   EXPECT_TRUE(list.overflow);
   EXPECT_EQ(list.count, 0);
 }

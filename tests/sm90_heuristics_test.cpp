@@ -26,17 +26,26 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
   EXPECT_EQ(choose_config(33, 4, 128, 2944, 2944).token_tile, 16);
   EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
   EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
-  const Config decode = choose_config(6, 4, 32, 2944, 2944);
+  const Overrides chain{0, 0, portable::Overrides{0, 0, portable::kFusedDecodeOff}};
+  const Config one_launch = choose_config(6, 4, 32, 2944, 2944);
+  EXPECT_EQ(one_launch.path, Path::kPortableDecode);
+  EXPECT_TRUE(one_launch.fused);
+  EXPECT_EQ(one_launch.decode.fused_decode, portable::kFusedDecodeOn);
+  EXPECT_EQ(describe(one_launch),
+            std::string("portable decode kernel (mma.sync GEMV) in ") + portable::kFusedDecodeDescription);
+  EXPECT_FALSE(choose_config(6, 4, 32, 2944, 2944, chain).fused);
+  EXPECT_FALSE(choose_config(1, 4, 32, 2944, 2944, {2, 0}).fused);  // wgmma forced
+  const Config decode = choose_config(6, 4, 32, 2944, 2944, chain);
   EXPECT_EQ(decode.token_tile, 0);
   EXPECT_EQ(decode.stages_gemm1, 0);
   EXPECT_TRUE(decode.per_pair);
   EXPECT_TRUE(decode.tile_waits);
   EXPECT_EQ(describe(decode), std::string("portable decode kernels (mma.sync GEMV), ") +
                                   portable::kPerPairDescription + portable::kTileWaitDescription);
-  EXPECT_FALSE(choose_config(24, 1, 2, 2944, 2944).per_pair);  // 12 rows per expert: 32-token tiles
-  EXPECT_EQ(describe(choose_config(24, 1, 2, 2944, 2944)),
+  EXPECT_FALSE(choose_config(24, 1, 2, 2944, 2944, chain).per_pair);  // 12 rows per expert: 32-token tiles
+  EXPECT_EQ(describe(choose_config(24, 1, 2, 2944, 2944, chain)),
             "portable decode kernels (mma.sync GEMV) on expert-grouped tiles");
-  const Config single = choose_config(1, 4, 32, 2944, 2944);
+  const Config single = choose_config(1, 4, 32, 2944, 2944, chain);
   EXPECT_TRUE(single.per_pair);
   EXPECT_FALSE(single.tile_waits);
   EXPECT_EQ(describe(single),

@@ -129,20 +129,21 @@ TEST_F(PortableGpu, PerPairDecode) {
   // tokens, gpt-oss's H = I = 2880 (22 chunks and a 64-wide tail), the
   // 64-wide K tail with padded rows (Hp = 320, Ip = 256), and more than 8
   // pairs of one expert (a second tile from its 9th pair on; 24 pairs: three,
-  // the last led by pair 16).
-  check_case({{32, 2880, 736, 4}, 1, RouteMode::kRouter, 650});
-  check_case({{32, 320, 224, 4}, 1, RouteMode::kRepeatedExpert, 651});
-  check_case({{32, 160, 160, 8}, 1, RouteMode::kRandom, 652});
-  check_case({{32, 320, 224, 4}, 2, RouteMode::kRandom, 660});
-  check_case({{32, 320, 224, 4}, 2, RouteMode::kRepeatedExpert, 661});
-  check_case({{8, 2880, 2880, 4}, 1, RouteMode::kRandom, 662});
-  check_case({{128, 320, 224, 4}, 4, RouteMode::kRandom, 653});
-  check_case({{128, 320, 224, 1}, 3, RouteMode::kOneExpert, 654});
-  check_case({{8, 2880, 736, 4}, 6, RouteMode::kRandom, 655});
-  check_case({{32, 320, 224, 4}, 3, RouteMode::kRepeatedExpert, 656});
-  check_case({{128, 320, 224, 1}, 12, RouteMode::kOneExpert, 657});
-  check_case({{32, 160, 160, 1}, 24, RouteMode::kOneExpert, 658});
-  check_case({{32, 320, 224, 4}, 7, RouteMode::kRouter, 659});
+  // the last led by pair 16). The chain of kernels, not the one-launch decode.
+  const portable::Overrides chain{0, 0, portable::kFusedDecodeOff};
+  check_case({{32, 2880, 736, 4}, 1, RouteMode::kRouter, 650}, nullptr, chain);
+  check_case({{32, 320, 224, 4}, 1, RouteMode::kRepeatedExpert, 651}, nullptr, chain);
+  check_case({{32, 160, 160, 8}, 1, RouteMode::kRandom, 652}, nullptr, chain);
+  check_case({{32, 320, 224, 4}, 2, RouteMode::kRandom, 660}, nullptr, chain);
+  check_case({{32, 320, 224, 4}, 2, RouteMode::kRepeatedExpert, 661}, nullptr, chain);
+  check_case({{8, 2880, 2880, 4}, 1, RouteMode::kRandom, 662}, nullptr, chain);
+  check_case({{128, 320, 224, 4}, 4, RouteMode::kRandom, 653}, nullptr, chain);
+  check_case({{128, 320, 224, 1}, 3, RouteMode::kOneExpert, 654}, nullptr, chain);
+  check_case({{8, 2880, 736, 4}, 6, RouteMode::kRandom, 655}, nullptr, chain);
+  check_case({{32, 320, 224, 4}, 3, RouteMode::kRepeatedExpert, 656}, nullptr, chain);
+  check_case({{128, 320, 224, 1}, 12, RouteMode::kOneExpert, 657}, nullptr, chain);
+  check_case({{32, 160, 160, 1}, 24, RouteMode::kOneExpert, 658}, nullptr, chain);
+  check_case({{32, 320, 224, 4}, 7, RouteMode::kRouter, 659}, nullptr, chain);
 }
 
 TEST_F(PortableGpu, DecodeGemm2WithTheCombine) {
@@ -155,7 +156,8 @@ TEST_F(PortableGpu, DecodeGemm2WithTheCombine) {
   // slot on one expert, most experts empty, the router's routing; GEMM1 in
   // blocks of 16 warps where its grid is one block an SM or less (I = 384 at
   // one token).
-  const portable::Overrides fused8{8}, fused16{16}, split{portable::kDownCombineSplit};
+  const portable::Overrides fused8{8, 0, portable::kFusedDecodeOff}, fused16{16, 0, portable::kFusedDecodeOff},
+      split{portable::kDownCombineSplit, 0, portable::kFusedDecodeOff};
   struct DecodeCase {
     Case c;
     bool quick;
@@ -181,6 +183,40 @@ TEST_F(PortableGpu, DecodeGemm2WithTheCombine) {
   }
 }
 
+TEST_F(PortableGpu, OneLaunchDecode) {
+  // The decode in one cooperative launch (fused_decode), forced on up to its
+  // 128 pairs: gpt-oss's H = 2880 with the full I and the tensor-parallel
+  // shards' (1440, 736 padded to 768, 384), T = 1 to 16, top-k 1 to 8, the
+  // router's routing, every slot on one expert (ids repeat within a token),
+  // one expert in every token (several 8-pair tiles of it), most experts
+  // empty, 256 experts (the schedule's scan over 8 steps of 32), the K tail
+  // with padded rows (Hp = 320, Ip = 256).
+  const portable::Overrides on{0, 0, portable::kFusedDecodeOn};
+  struct DecodeCase {
+    Case c;
+    bool quick;
+  };
+  const DecodeCase cases[] = {
+      {{{32, 2880, 384, 4}, 1, RouteMode::kRandom, 1200}, true},
+      {{{32, 2880, 384, 4}, 16, RouteMode::kRandom, 1201}, true},
+      {{{32, 2880, 736, 4}, 2, RouteMode::kRandom, 1202}, true},
+      {{{32, 2880, 736, 4}, 5, RouteMode::kRouter, 1203}, true},
+      {{{128, 2880, 1440, 4}, 3, RouteMode::kRandom, 1204}, false},
+      {{{128, 2880, 1440, 4}, 9, RouteMode::kRouter, 1205}, false},
+      {{{8, 2880, 2880, 4}, 1, RouteMode::kRandom, 1206}, false},
+      {{{8, 2880, 2880, 4}, 16, RouteMode::kRandom, 1207}, false},
+      {{{32, 320, 224, 8}, 16, RouteMode::kRandom, 1208}, true},
+      {{{32, 160, 160, 1}, 16, RouteMode::kOneExpert, 1209}, true},
+      {{{32, 320, 224, 4}, 12, RouteMode::kOneExpert, 1210}, true},
+      {{{32, 320, 224, 3}, 7, RouteMode::kRepeatedExpert, 1211}, true},
+      {{{128, 320, 224, 4}, 3, RouteMode::kFewExperts, 1212}, true},
+      {{{256, 320, 224, 2}, 13, RouteMode::kRandom, 1213}, true},
+      {{{32, 160, 160, 5}, 1, RouteMode::kRouter, 1214}, true},
+  };
+  for (const DecodeCase& d : cases)
+    if (!quick_sweep() || d.quick) check_case(d.c, nullptr, on);
+}
+
 TEST_F(PortableGpu, ExtremeScales) {
   // Scales across the E8M0 range the bf16 fold must handle: tiny (s < 8,
   // including 0), the neutral 127 and s > 128 (two-step fold).
@@ -195,7 +231,7 @@ TEST_F(PortableGpu, ExtremeScales) {
 TEST_F(PortableGpu, BitwiseReproducible) {
   const MoeShape s{32, 320, 224, 4};
   const MoeWeights w = make_random_weights(s, 800);
-  for (int64_t T : {int64_t(1), int64_t(7), int64_t(quick_sweep() ? 129 : 1000)}) {
+  for (int64_t T : {int64_t(1), int64_t(7), int64_t(16), int64_t(quick_sweep() ? 129 : 1000)}) {
     const std::vector<float> x = round_to_bf16(random_floats(size_t(T * s.hidden), 801));
     std::unique_ptr<Backend> be;
     ASSERT_TRUE(create_portable_backend(w.view(), PortableOptions{{kPoison}}, &be).ok());
@@ -215,14 +251,29 @@ TEST_F(PortableGpu, ForwardsBackToBackOnOneWorkspace) {
   const MoeWeights w = make_random_weights(s, 960);
   PreparedWeights prep;
   ASSERT_TRUE(prepare_weights(make_plan(BackendKind::kPortable, s), w.view(), &prep).ok());
-  // The per-pair decode with GEMM2 and the combine in one kernel (this
-  // shape's heuristic) and apart.
-  for (const portable::Overrides& o : {portable::Overrides{}, portable::Overrides{portable::kDownCombineSplit}}) {
+  // The decode in one launch and as a chain of kernels: the per-pair decode
+  // with GEMM2 and the combine in one kernel and apart.
+  const portable::Overrides chain{0, 0, portable::kFusedDecodeOff};
+  const portable::Overrides split{portable::kDownCombineSplit, 0, portable::kFusedDecodeOff};
+  const portable::Overrides one_launch{0, 0, portable::kFusedDecodeOn};
+  for (const portable::Overrides& o : {chain, split, one_launch}) {
     std::unique_ptr<smxx::DeviceForward> fwd;
     ASSERT_TRUE(portable::make_forward(prep, kPoison, &fwd, o).ok());
     for (int64_t T : {int64_t(1), int64_t(3), int64_t(16), int64_t(200)})
       testing::expect_back_to_back_forwards(*fwd, w, T, 961);
   }
+}
+
+// One layer's forwards on two streams at once, each with its workspace: the
+// one-launch decode keeps its counts in the workspace, so they do not meet.
+TEST_F(PortableGpu, ForwardsOnTwoStreamsAtOnce) {
+  const MoeShape s{32, 2880, 384, 4};
+  const MoeWeights w = make_random_weights(s, 970);
+  PreparedWeights prep;
+  ASSERT_TRUE(prepare_weights(make_plan(BackendKind::kPortable, s), w.view(), &prep).ok());
+  std::unique_ptr<smxx::DeviceForward> fwd;
+  ASSERT_TRUE(portable::make_forward(prep, kPoison, &fwd, portable::Overrides{0, 0, portable::kFusedDecodeOn}).ok());
+  for (int64_t T : {int64_t(1), int64_t(4), int64_t(16)}) testing::expect_concurrent_forwards(*fwd, w, T, 971);
 }
 
 TEST_F(PortableGpu, CreateBackendDispatch) {

@@ -256,6 +256,23 @@ TEST_F(Sm90Gpu, DecodePath) {
   check_case({{128, 2880, 736, 4}, 32, RouteMode::kRandom, 753, kHeuristic});
 }
 
+// The decode in one cooperative launch and as a chain of kernels on the sm90
+// plan's weights (128-row code tiles, w13 in chunk order): the
+// tensor-parallel shards' I and the full one, T = 1 to 16, the router's
+// routing, one expert in every token (two 8-pair tiles of it).
+TEST_F(Sm90Gpu, OneLaunchDecode) {
+  const sm90::Overrides one_launch{1, 0, portable::Overrides{0, 0, portable::kFusedDecodeOn}};
+  const sm90::Overrides chain{1, 0, portable::Overrides{0, 0, portable::kFusedDecodeOff}};
+  for (const sm90::Overrides& o : {one_launch, chain}) {
+    SCOPED_TRACE(o.decode.fused_decode == portable::kFusedDecodeOn ? "one launch" : "chain");
+    check_case({{32, 2880, 384, 4}, 1, RouteMode::kRandom, 760, o});
+    check_case({{128, 2880, 736, 4}, 4, RouteMode::kRouter, 761, o});
+    check_case({{32, 2880, 1440, 4}, 16, RouteMode::kRandom, 762, o});
+    if (!quick_sweep()) check_case({{8, 2880, 2880, 4}, 2, RouteMode::kRandom, 763, o});
+    check_case({{32, 320, 224, 8}, 16, RouteMode::kOneExpert, 764, o});
+  }
+}
+
 // Bit for bit the same output from the same input, whichever blocks claim
 // which items: x, another input, then x again on one backend, and the other
 // input on a second backend. Both backends run without the poisoned workspace
@@ -288,15 +305,16 @@ TEST_F(Sm90Gpu, BitwiseReproducible) {
 }
 
 // Two forwards back to back on one workspace (expect_back_to_back_forwards):
-// the decode path at one token, with the per-tile waits (3 tokens) and on
-// expert-grouped tiles, then the wgmma path.
+// the decode path at one token, 3 and 16 (one launch), the chain of decode
+// kernels at 3 (the per-tile waits), then the wgmma path.
 TEST_F(Sm90Gpu, ForwardsBackToBackOnOneWorkspace) {
   const MoeShape s{32, 320, 224, 4};
   const MoeWeights w = make_random_weights(s, 950);
   PreparedWeights prep;
   ASSERT_TRUE(prepare_weights(make_plan(BackendKind::kSm90, s), w.view(), &prep).ok());
+  const sm90::Overrides chain{1, 0, portable::Overrides{0, 0, portable::kFusedDecodeOff}};
   for (const auto& [T, o] : {std::pair{int64_t(1), kHeuristic}, {int64_t(3), kHeuristic}, {int64_t(16), kHeuristic},
-                            {int64_t(3), kWgmma16}, {int64_t(200), kHeuristic}}) {
+                            {int64_t(3), chain}, {int64_t(3), kWgmma16}, {int64_t(200), kHeuristic}}) {
     // T and the seeds are in the helper's own trace.
     SCOPED_TRACE("path " + std::to_string(o.path) + " tile " + std::to_string(o.token_tile));
     std::unique_ptr<smxx::DeviceForward> fwd;

@@ -20,5 +20,11 @@ namespace mxmoe::testing {
 void expect_back_to_back_forwards(const smxx::DeviceForward& fwd, const MoeWeights& w, int64_t tokens,
                                   uint64_t seed);
 
+// Forward A on one stream and forward B on another, each with its own
+// workspace, x, routing and y, enqueued `rounds` times in turn so that they
+// run at the same time; expects both outputs as above.
+void expect_concurrent_forwards(const smxx::DeviceForward& fwd, const MoeWeights& w, int64_t tokens, uint64_t seed,
+                                int rounds = 50);
+
 }  // namespace mxmoe::testing
 #endif

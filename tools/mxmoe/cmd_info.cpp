@@ -66,8 +66,12 @@ int run(const InfoOptions& o) {
   // GPU's SM count or an H200's.
   const int sms = devices.empty() ? 132 : devices.front().multiprocessors;
   // The decode GEMMs' block warps for a plan's padded shape (8-token tiles
-  // only): GEMM2's are the fused kernel's where it runs with the combine.
+  // only): GEMM2's are the fused kernel's where it runs with the combine;
+  // the one-launch decode's grid.
   const auto decode_blocks = [&](int64_t T, const PreparePlan& plan) {
+    if (portable::fused_decode(T, shape.topk))
+      return "; " + portable::describe_fused_decode_grid(T, shape.topk, 2 * plan.intermediate_padded / 32,
+                                                         shape.hidden / 32, sms);
     portable::DecodeWarps w = portable::decode_warps(T, shape.topk, shape.experts, 2 * plan.intermediate_padded,
                                                      plan.hidden_padded, sms);
     if (const int fused = portable::down_combine_warps(T, shape.topk, shape.experts, plan.intermediate_padded))

@@ -28,7 +28,7 @@ uint64_t shape_hash(const LaunchList& list) {
     mix(l.grid.z | uint64_t(l.block.x) << 32);
     mix(l.block.y | uint64_t(l.block.z) << 32);
     mix(l.smem);
-    mix(uint64_t(l.overlap) | uint64_t(l.cluster_x) << 1 | uint64_t(l.args) << 33);
+    mix(uint64_t(l.overlap) | uint64_t(l.cooperative) << 1 | uint64_t(l.cluster_x) << 2 | uint64_t(l.args) << 34);
     mix(l.used);
   }
   return h;

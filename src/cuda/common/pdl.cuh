@@ -33,15 +33,25 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
-// Launches `kernel` on `stream`, with programmatic dependent launch when
-// `overlap` is set (the device is SM90+), in clusters of `cluster_x` blocks
-// along x when it is above 1 (SM90+; the grid's x a multiple of it). While
-// this thread records (recorded_launch.h) the launch is appended to the
-// recording instead: every launch of a recorded forward must come through
-// here, or it would run out of order with the recorded ones.
+// How a kernel is launched beside its grid and block: programmatic dependent
+// launch when `overlap` is set (the device is SM90+), clusters of `cluster_x`
+// blocks along x when above 1 (SM90+; the grid's x a multiple of it), a
+// cooperative launch when `cooperative` (every block co-resident, so the
+// kernel may wait at grid-wide barriers; the grid at most what the device
+// holds at once).
+struct LaunchMode {
+  bool overlap = false;
+  unsigned cluster_x = 1;
+  bool cooperative = false;
+};
+
+// Launches `kernel` on `stream` in `mode`. While this thread records
+// (recorded_launch.h) the launch is appended to the recording instead: every
+// launch of a recorded forward must come through here, or it would run out
+// of order with the recorded ones.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                      cudaStream_t stream, bool overlap, unsigned cluster_x, Args&&... args) {
+cudaError_t launch_kernel_in_mode(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                  cudaStream_t stream, LaunchMode mode, Args&&... args) {
   static_assert(sizeof...(Params) > 0, "launch_kernel: kernels take at least one argument");
   static_assert((std::is_trivially_copyable_v<Params> && ...),
                 "launch_kernel: a recorded launch keeps a byte copy of each argument");
@@ -50,12 +60,23 @@ cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3
       const void* values[] = {&coerced...};
       const size_t size[] = {sizeof(Params)...};
       const size_t align[] = {alignof(Params)...};
-      return record_launch(list, reinterpret_cast<const void*>(kernel), grid, block, smem, overlap, cluster_x,
-                           int(sizeof...(Params)), values, size, align);
+      return record_launch(list, reinterpret_cast<const void*>(kernel), grid, block, smem, mode.overlap,
+                           mode.cluster_x, mode.cooperative, int(sizeof...(Params)), values, size, align);
     }(std::forward<Args>(args)...);
-  cudaLaunchAttribute attrs[2]{};
-  const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, stream, overlap, cluster_x, attrs);
+  cudaLaunchAttribute attrs[3]{};
+  const cudaLaunchConfig_t cfg =
+      launch_config(grid, block, smem, stream, mode.overlap, mode.cluster_x, mode.cooperative, attrs);
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// Launches `kernel` on `stream`, with programmatic dependent launch when
+// `overlap` is set (the device is SM90+), in clusters of `cluster_x` blocks
+// along x when it is above 1.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                      cudaStream_t stream, bool overlap, unsigned cluster_x, Args&&... args) {
+  return launch_kernel_in_mode(kernel, grid, block, smem, stream, LaunchMode{overlap, cluster_x, false},
+                               std::forward<Args>(args)...);
 }
 
 // Launches `kernel` on `stream`, with programmatic dependent launch when

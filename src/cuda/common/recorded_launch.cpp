@@ -11,7 +11,7 @@ bool same_dim(dim3 a, dim3 b) { return a.x == b.x && a.y == b.y && a.z == b.z; }
 
 bool RecordedLaunch::same_shape(const RecordedLaunch& o) const {
   return func == o.func && same_dim(grid, o.grid) && same_dim(block, o.block) && smem == o.smem &&
-         overlap == o.overlap && cluster_x == o.cluster_x && args == o.args && used == o.used &&
+         overlap == o.overlap && cluster_x == o.cluster_x && cooperative == o.cooperative && args == o.args && used == o.used &&
          std::memcmp(size, o.size, sizeof(size)) == 0;
 }
 
@@ -20,15 +20,15 @@ void RecordedLaunch::arguments(void** out) const {
 }
 
 cudaError_t RecordedLaunch::enqueue(cudaStream_t stream) const {
-  cudaLaunchAttribute attrs[2]{};
-  const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, stream, overlap, cluster_x, attrs);
+  cudaLaunchAttribute attrs[3]{};
+  const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, stream, overlap, cluster_x, cooperative, attrs);
   void* params[kMaxArgs];
   arguments(params);
   return cudaLaunchKernelExC(&cfg, func, params);
 }
 
 cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool overlap,
-                                 unsigned cluster_x, cudaLaunchAttribute (&attrs)[2]) {
+                                 unsigned cluster_x, bool cooperative, cudaLaunchAttribute (&attrs)[3]) {
   unsigned n = 0;
   if (overlap) {
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -37,6 +37,10 @@ cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_
   if (cluster_x > 1) {
     attrs[n].id = cudaLaunchAttributeClusterDimension;
     attrs[n++].val.clusterDim = {cluster_x, 1, 1};
+  }
+  if (cooperative) {
+    attrs[n].id = cudaLaunchAttributeCooperative;
+    attrs[n++].val.cooperative = 1;
   }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
@@ -54,7 +58,7 @@ LaunchRecording::~LaunchRecording() { t_recording = previous_; }
 LaunchList* recording_list() { return t_recording; }
 
 cudaError_t record_launch(LaunchList* list, const void* func, dim3 grid, dim3 block, size_t smem, bool overlap,
-                          unsigned cluster_x, int args, const void* const* values, const size_t* size,
+                          unsigned cluster_x, bool cooperative, int args, const void* const* values, const size_t* size,
                           const size_t* align) {
   if (list->count == LaunchList::kMaxLaunches || args > RecordedLaunch::kMaxArgs) {
     list->overflow = true;
@@ -82,6 +86,7 @@ cudaError_t record_launch(LaunchList* list, const void* func, dim3 grid, dim3 bl
   l.smem = smem;
   l.overlap = overlap;
   l.cluster_x = cluster_x;
+  l.cooperative = cooperative;
   l.args = args;
   l.used = at;
   ++list->count;

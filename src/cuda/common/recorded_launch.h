@@ -25,6 +25,7 @@ struct RecordedLaunch {
   size_t smem = 0;
   bool overlap = false;  // programmatic stream serialization (SM90+)
   unsigned cluster_x = 1;
+  bool cooperative = false;  // every block co-resident, grid-wide barriers allowed
   int args = 0;
   uint16_t offset[kMaxArgs] = {};  // of each argument in `bytes`
   uint16_t size[kMaxArgs] = {};
@@ -44,9 +45,10 @@ struct RecordedLaunch {
 };
 
 // The launch configuration launch_kernel uses: programmatic dependent launch
-// when `overlap`, clusters of `cluster_x` blocks along x when above 1.
+// when `overlap`, clusters of `cluster_x` blocks along x when above 1, a
+// cooperative launch when `cooperative`.
 cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool overlap,
-                                 unsigned cluster_x, cudaLaunchAttribute (&attrs)[2]);
+                                 unsigned cluster_x, bool cooperative, cudaLaunchAttribute (&attrs)[3]);
 
 // The launches a forward made while recording, in order.
 struct LaunchList {
@@ -74,7 +76,7 @@ LaunchList* recording_list();
 // Appends a launch to `list` (argument `i` is `size[i]` bytes at `values[i]`,
 // aligned to `align[i]`); cudaErrorInvalidValue when it does not fit.
 cudaError_t record_launch(LaunchList* list, const void* func, dim3 grid, dim3 block, size_t smem, bool overlap,
-                          unsigned cluster_x, int args, const void* const* values, const size_t* size,
+                          unsigned cluster_x, bool cooperative, int args, const void* const* values, const size_t* size,
                           const size_t* align);
 
 }  // namespace mxmoe::smxx

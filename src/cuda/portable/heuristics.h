@@ -13,6 +13,7 @@ namespace mxmoe::portable {
 struct Overrides {
   int down_combine_warps = 0;  // 8 or 16, or kDownCombineSplit (down_combine_warps)
   int gemm1_warps = 0;         // 4, 8 or 16: the decode GEMM1's block warps (decode_warps)
+  int fused_decode = 0;        // kFusedDecodeOn or kFusedDecodeOff (fused_decode)
 };
 
 // Token tile (the mma N side: 8 tokens per n-subtile) of both GEMMs. Each tile
@@ -160,6 +161,41 @@ inline int down_combine_warps(int64_t tokens, int64_t topk, int64_t experts, int
   return (chunks + per_slot - 1) / per_slot <= 3 ? 8 : 0;
 }
 
+// The decode forward in one cooperative launch (sm80_mxfp4_fused_decode.cu:
+// GEMM1, a grid barrier, GEMM2 and the combine on the same blocks), or the
+// chain of kernels above. Its tile schedule holds a pair a thread of 4 warps.
+inline constexpr int64_t kFusedMaxPairs = 128;
+inline constexpr int kFusedDecodeOn = 1;
+inline constexpr int kFusedDecodeOff = -1;
+inline constexpr int64_t kFusedDefaultMaxPairs = 64;
+// Warps of its blocks and blocks an SM at its launch bounds (<= 85
+// registers): the decode GEMM's 24 warps an SM (GemmConfig).
+inline constexpr int kFusedDecodeWarps = 8;
+inline constexpr int kFusedDecodeBlocksPerSm = 3;
+inline bool fused_decode(int64_t tokens, int64_t topk, int override_fused = 0) {
+  if (override_fused == kFusedDecodeOff || tokens * topk > kFusedMaxPairs) return false;
+  return override_fused == kFusedDecodeOn || tokens * topk <= kFusedDefaultMaxPairs;
+}
+
+// Blocks of the one-launch decode: as many as it has items in its larger
+// phase (tiles are at most the pairs; GEMM1 has rows1 32-row blocks a tile,
+// GEMM2 rows2), at most `coresident` (a cooperative grid must fit at once).
+// Blocks past an item still pass the barrier, so there are none.
+inline int fused_decode_blocks(int64_t tokens, int64_t topk, int64_t rows1, int64_t rows2, int coresident) {
+  const int64_t items = tokens * topk * (rows1 > rows2 ? rows1 : rows2);
+  return int(items < coresident ? items : coresident);
+}
+
+// E.g. "360 blocks of 8 warps": the grid at `tokens` on `sms` SMs.
+inline std::string describe_fused_decode_grid(int64_t tokens, int64_t topk, int64_t rows1, int64_t rows2, int sms) {
+  return std::to_string(fused_decode_blocks(tokens, topk, rows1, rows2, sms * kFusedDecodeBlocksPerSm)) +
+         " blocks of " + std::to_string(kFusedDecodeWarps) + " warps";
+}
+
+inline constexpr const char* kFusedDecodeDescription =
+    "one launch: GEMM1, a grid barrier, GEMM2 and the combine on the same blocks (cooperative), tiles of an "
+    "expert's pairs built in each block";
+
 inline constexpr const char* kTileWaitDescription = ", GEMM2 on each tile once GEMM1 has finished it";
 
 // A per-pair forward's GEMM2 stores each pair's row at the pair's index and
@@ -179,10 +215,12 @@ inline std::string describe_down_combine(int warps) {
 }
 
 // One line on the tiles of both GEMMs at `tokens` (what `mxmoe info` prints),
-// e.g. "32-token tiles of expert-grouped rows".
-inline std::string describe_tiles(int64_t tokens, int64_t topk, int64_t experts, int64_t intermediate_padded) {
+// e.g. "32-token tiles of expert-grouped rows"; `o` as moe_forward takes it.
+inline std::string describe_tiles(int64_t tokens, int64_t topk, int64_t experts, int64_t intermediate_padded,
+                                  const Overrides& o = {}) {
+  if (fused_decode(tokens, topk, o.fused_decode)) return kFusedDecodeDescription;
   const int tile = token_tile(tokens, topk, experts);
-  const int fused = tile == 8 ? down_combine_warps(tokens, topk, experts, intermediate_padded) : 0;
+  const int fused = tile == 8 ? down_combine_warps(tokens, topk, experts, intermediate_padded, o.down_combine_warps) : 0;
   if (per_pair_decode(tokens, topk, tile))
     return std::string(kPerPairDescription) + (decode_tile_waits(tokens, true, fused > 0) ? kTileWaitDescription : "") +
            describe_down_combine(fused);

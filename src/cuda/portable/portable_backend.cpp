@@ -75,6 +75,9 @@ portable::Overrides portable::overrides_from_env(Overrides o) {
   }
   if (o.gemm1_warps == 0)
     if (const char* v = std::getenv("MXMOE_DECODE_GEMM1_WARPS")) o.gemm1_warps = std::atoi(v);
+  if (o.fused_decode == 0)
+    if (const char* v = std::getenv("MXMOE_FUSED_DECODE"))
+      o.fused_decode = std::string_view(v) == "1" ? kFusedDecodeOn : std::string_view(v) == "0" ? kFusedDecodeOff : 0;
   return o;
 }
 

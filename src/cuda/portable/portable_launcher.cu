@@ -1,6 +1,7 @@
 // The launcher that enqueues the whole portable forward on one stream: the
 // shared router, grouping and combine kernels around the mma.sync GEMMs.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include "cuda/common/smxx_moe_kernels.h"
 #include "cuda/portable/heuristics.h"
 #include "cuda/portable/portable_launcher.h"
+#include "cuda/portable/sm80_mxfp4_fused_decode.h"
 #include "cuda/portable/sm80_mxfp4_gemm.cuh"
 #include "cuda/portable/sm80_mxfp4_gemm_launch.h"
 #include "prepare/code_strides.h"
@@ -27,9 +29,10 @@ __global__ void zero_tile_counts(int32_t* __restrict__ counts, int n) {
 }
 
 // Workspace carve-up (every piece 256-byte aligned): the schedule, then
-// GEMM1's activations, GEMM2's rows and, per-pair, a GEMM1 count per tile.
+// GEMM1's activations, GEMM2's rows and counts: per-pair, GEMM1's per tile;
+// where the one-launch decode may run, its combine counts (T x H / 32).
 struct Layout : smxx::ScheduleOffsets {
-  size_t act = 0, ypair = 0, tile_done = 0, total = 0;
+  size_t act = 0, ypair = 0, counts = 0, total = 0;
   int tile = 8;
   bool per_pair = false;
 };
@@ -48,7 +51,8 @@ Layout make_layout(const DeviceWeights& w, int64_t T) {
   l.act = ws.take(size_t(l.rows * Ip) * 2);
   l.ypair = ws.take(size_t(l.rows * H) * 4);
   l.per_pair = per_pair_decode(T, k, l.tile);
-  l.tile_done = ws.take(l.per_pair ? size_t(T * k) * 4 : 0);
+  const int64_t fused_counts = T * k <= kFusedMaxPairs ? T * (H / 32) : 0;
+  l.counts = ws.take(size_t(std::max(l.per_pair ? T * k : 0, fused_counts)) * 4);
   l.total = ws.off;
   return l;
 }
@@ -65,6 +69,82 @@ Status launch_router(const DeviceWeights& w, const uint16_t* x, int64_t x_stride
     return Status::InvalidArgument("portable: no routing given and the weights have no router");
   return smxx::launch_router_topk(x, T, w.shape.hidden, x_stride, w.router_weight, w.hidden_padded, w.router_bias,
                                   w.shape.experts, w.shape.topk, ids, weights, overlap, stream, kWho);
+}
+
+// GEMM1's parameters (w13 against x rows, SwiGLU into act rows of Ip) on
+// the schedule `sch`; the per-pair and fused paths set pair_ids.
+GemmParams gemm1_params(const DeviceWeights& w, const ForwardArgs& a, int64_t x_stride, const smxx::Schedule& sch,
+                        uint16_t* act) {
+  const int64_t Hp = w.hidden_padded, Ip = w.intermediate_padded;
+  GemmParams g{};
+  g.codes = w.w13_codes;
+  g.scales = w.w13_scales;
+  const CodeStrides cs = code_strides(w.swizzle, Hp / 2);
+  g.code_tile_stride = cs.tile;
+  g.code_group_stride = cs.group;
+  g.code_chunk_stride = cs.chunk;
+  g.code_tail_group_stride = cs.tail_group;
+  g.scale_row_stride = Hp / 32;
+  g.scale_expert_stride = 2 * Ip * Hp / 32;
+  g.bias = w.b13;
+  g.bias_expert_stride = 2 * Ip;
+  g.n_rows = int(2 * Ip);
+  g.k = int(Hp);
+  g.k_valid = int(w.shape.hidden);
+  g.act_in = a.x;
+  g.act_in_stride = x_stride;
+  g.topk = int(w.shape.topk);
+  g.sorted_pair = sch.sorted_pair;
+  g.tile_expert = sch.tile_expert;
+  g.tile_row = sch.tile_row;
+  g.num_tiles = sch.num_tiles;
+  g.act_out = act;
+  g.act_out_stride = Ip;
+  g.act_out_chunk_order = w.w13_layout == W13Layout::kInterleavedChunkOrder;
+  g.alpha = w.swiglu.alpha;
+  g.limit = w.swiglu.limit;
+  g.experts = int(w.shape.experts);
+  return g;
+}
+
+// GEMM2's parameters (w2 against GEMM1's act rows, route_w * (acc + bias)
+// into fp32 rows of H), from GEMM1's.
+GemmParams gemm2_params(const DeviceWeights& w, const GemmParams& g1, float* ypair, const float* route_w) {
+  const int64_t Hp = w.hidden_padded, Ip = w.intermediate_padded;
+  GemmParams g = g1;
+  g.codes = w.w2_codes;
+  g.scales = w.w2_scales;
+  const CodeStrides cs = code_strides(w.swizzle, Ip / 2);
+  g.code_tile_stride = cs.tile;
+  g.code_group_stride = cs.group;
+  g.code_chunk_stride = cs.chunk;
+  g.code_tail_group_stride = cs.tail_group;
+  g.scale_row_stride = Ip / 32;
+  g.scale_expert_stride = Hp * Ip / 32;
+  g.bias = w.b2;
+  g.bias_expert_stride = Hp;
+  g.n_rows = int(Hp);
+  g.k = int(Ip);
+  g.k_valid = int(Ip);
+  g.act_in = g1.act_out;
+  g.act_in_stride = Ip;
+  g.act_out = nullptr;
+  g.y_out = ypair;
+  g.n_valid = int(w.shape.hidden);
+  g.route_w = route_w;
+  g.tile_done = nullptr;
+  return g;
+}
+
+// Whether this device takes cooperative launches (every SM80+ GPU does; a
+// partitioned one may not), per device.
+bool cooperative_launches() {
+  static std::atomic<int> cached[64] = {};  // 0 unknown, 1 yes, 2 no
+  int dev = 0, yes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cached[dev].load() == 0)
+    cached[dev] = cudaDeviceGetAttribute(&yes, cudaDevAttrCooperativeLaunch, dev) == cudaSuccess && yes ? 1 : 2;
+  return cached[dev].load() == 1;
 }
 
 }  // namespace
@@ -136,43 +216,25 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   if (!a.topk_ids) MXMOE_RETURN_IF_ERROR(launch_router(w, a.x, x_stride, T, sch.ids, sch.weights, overlap, stream));
   const int32_t* ids = a.topk_ids ? a.topk_ids : sch.ids;
   const float* rweights = a.topk_ids ? a.topk_weights : sch.weights;
+  uint16_t* act = static_cast<uint16_t*>(at(l.act));
+  float* ypair = static_cast<float*>(at(l.ypair));
+  GemmParams g1 = gemm1_params(w, a, x_stride, sch, act);
+
+  if (fused_decode(T, k, overrides.fused_decode) && cooperative_launches()) {
+    // Both GEMMs read the routing as given (its ids checked in the kernel);
+    // pair q's rows of act and ypair lie at q.
+    g1.pair_ids = ids;
+    const GemmParams g2 = gemm2_params(w, g1, ypair, rweights);
+    const FusedDecodeArgs f{ids, T, static_cast<int32_t*>(at(l.counts))};
+    return cuda_status(launch_mxfp4_fused_decode(g1, g2, f, a.y, a.y_bf16, stream), "fused decode launch");
+  }
+
   if (!l.per_pair) {
     MXMOE_RETURN_IF_ERROR(
         smxx::launch_group_by_expert(ids, a.topk_weights, T * k, E, l.tile, sch, overlap, stream, kWho));
     rweights = sch.weights;
   }
-
-  uint16_t* act = static_cast<uint16_t*>(at(l.act));
-  float* ypair = static_cast<float*>(at(l.ypair));
-  GemmParams g1{};
-  g1.codes = w.w13_codes;
-  g1.scales = w.w13_scales;
-  const CodeStrides cs1 = code_strides(w.swizzle, Hp / 2);
-  g1.code_tile_stride = cs1.tile;
-  g1.code_group_stride = cs1.group;
-  g1.code_chunk_stride = cs1.chunk;
-  g1.code_tail_group_stride = cs1.tail_group;
-  g1.scale_row_stride = Hp / 32;
-  g1.scale_expert_stride = 2 * Ip * Hp / 32;
-  g1.bias = w.b13;
-  g1.bias_expert_stride = 2 * Ip;
-  g1.n_rows = int(2 * Ip);
-  g1.k = int(Hp);
-  g1.k_valid = int(H);
-  g1.act_in = a.x;
-  g1.act_in_stride = x_stride;
-  g1.topk = int(k);
-  g1.sorted_pair = sch.sorted_pair;
-  g1.tile_expert = sch.tile_expert;
-  g1.tile_row = sch.tile_row;
-  g1.num_tiles = sch.num_tiles;
-  g1.act_out = act;
-  g1.act_out_stride = Ip;
-  g1.act_out_chunk_order = w.w13_layout == W13Layout::kInterleavedChunkOrder;
-  g1.alpha = w.swiglu.alpha;
-  g1.limit = w.swiglu.limit;
   if (l.per_pair) g1.pair_ids = ids;
-  g1.experts = int(E);
   const int64_t tiles = l.per_pair ? T * k : l.max_tiles;
   const int fused_warps = l.tile == 8 ? down_combine_warps(T, k, E, Ip, overrides.down_combine_warps) : 0;
   DecodeWarps warps;
@@ -182,7 +244,7 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
     warps = decode_warps(T, k, E, g1.n_rows, Hp, sms);
     if (overrides.gemm1_warps != 0) warps.gemm1 = overrides.gemm1_warps;
     if (decode_tile_waits(T, l.per_pair, fused_warps > 0)) {  // GEMM1 counts each tile's finished row blocks from 0
-      g1.tile_done = static_cast<int32_t*>(at(l.tile_done));
+      g1.tile_done = static_cast<int32_t*>(at(l.counts));
       g1.gemm1_row_blocks = int(2 * Ip / GemmConfig<1>::kRowsPerBlock);
       MXMOE_RETURN_IF_ERROR(cuda_status(smxx::launch_kernel(zero_tile_counts, dim3(1), dim3(64), 0, stream, overlap,
                                                            g1.tile_done, int(tiles)),
@@ -192,27 +254,8 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   MXMOE_RETURN_IF_ERROR(
       cuda_status(launch_mxfp4_moe_gemm(g1, l.tile, warps.gemm1, true, tiles, overlap, stream), "GEMM1 launch"));
 
-  GemmParams g2 = g1;
-  g2.codes = w.w2_codes;
-  g2.scales = w.w2_scales;
-  const CodeStrides cs2 = code_strides(w.swizzle, Ip / 2);
-  g2.code_tile_stride = cs2.tile;
-  g2.code_group_stride = cs2.group;
-  g2.code_chunk_stride = cs2.chunk;
-  g2.code_tail_group_stride = cs2.tail_group;
-  g2.scale_row_stride = Ip / 32;
-  g2.scale_expert_stride = Hp * Ip / 32;
-  g2.bias = w.b2;
-  g2.bias_expert_stride = Hp;
-  g2.n_rows = int(Hp);
-  g2.k = int(Ip);
-  g2.k_valid = int(Ip);
-  g2.act_in = act;
-  g2.act_in_stride = Ip;
-  g2.act_out = nullptr;
-  g2.y_out = ypair;
-  g2.n_valid = int(H);
-  g2.route_w = rweights;
+  GemmParams g2 = gemm2_params(w, g1, ypair, rweights);
+  g2.tile_done = g1.tile_done;  // GEMM2 waits on GEMM1's tile counts
   if (fused_warps > 0) {
     // A block per token reads its k pairs by index: the routing as given (its
     // ids checked in the kernel) and, on expert-grouped tiles, each pair's

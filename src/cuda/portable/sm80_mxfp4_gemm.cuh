@@ -135,6 +135,14 @@ __device__ __forceinline__ uint4 ld_act16(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
+__device__ __forceinline__ uint4 ld_act16_l2(const void* p) {
+  // Activations another block wrote earlier in the same kernel (the fused
+  // decode's GEMM2): the non-coherent path may not serve them, L2 does.
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
 
 using smxx::bf16x2_mul;
 using smxx::scale_factor_any;
@@ -152,8 +160,9 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 
 // One K chunk: NW code words (8 elements each) per weight row per lane;
 // NW = 4 for a 128-wide chunk, 2 for the 64-wide tail. kTwoStep: some scale of
-// the warp's chunk is above 128 (two multiplies per pair).
-template <int NT, int NW, bool kTwoStep>
+// the warp's chunk is above 128 (two multiplies per pair). kActFromL2: the
+// activations were written earlier in this kernel (ld_act16_l2).
+template <int NT, int NW, bool kTwoStep, bool kActFromL2 = false>
 __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[kSubtiles][2][4], const ScaleFactor (&f)[kSubtiles][2],
                                                  const uint16_t* const (&arow)[NT], int act_col,
                                                  bool act_ok, float (&acc)[kSubtiles][NT][4]) {
@@ -182,7 +191,7 @@ __device__ __forceinline__ void chunk_mma_scaled(const uint32_t (&q)[kSubtiles][
     if (act_ok && arow[j] != nullptr) {
 #pragma unroll
       for (int v = 0; v < NW; ++v) {
-        const uint4 t = ld_act16(arow[j] + act_col + 8 * v);
+        const uint4 t = kActFromL2 ? ld_act16_l2(arow[j] + act_col + 8 * v) : ld_act16(arow[j] + act_col + 8 * v);
         X[4 * v + 0] = t.x; X[4 * v + 1] = t.y; X[4 * v + 2] = t.z; X[4 * v + 3] = t.w;
       }
     } else {
@@ -218,7 +227,7 @@ __device__ __forceinline__ uint32_t scale_byte(uint32_t word, int m, int r) {
 // chunk below 128: no bit 7 in the lane's four bytes) or the two-multiply
 // path, so the dequantisation has no per-pair branch to stall on. `s`: the
 // lane's scale word of the chunk.
-template <int NT, int NW>
+template <int NT, int NW, bool kActFromL2 = false>
 __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[kSubtiles][2][4], uint32_t s,
                                           const uint16_t* const (&arow)[NT], int act_col,
                                           bool act_ok, float (&acc)[kSubtiles][NT][4]) {
@@ -229,13 +238,13 @@ __device__ __forceinline__ void chunk_mma(const uint32_t (&q)[kSubtiles][2][4], 
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) f[m][r] = scale_factor_any(scale_byte(s, m, r));
-    chunk_mma_scaled<NT, NW, true>(q, f, arow, act_col, act_ok, acc);
+    chunk_mma_scaled<NT, NW, true, kActFromL2>(q, f, arow, act_col, act_ok, acc);
   } else {
 #pragma unroll
     for (int m = 0; m < kSubtiles; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) f[m][r] = {scale_factor_small(scale_byte(s, m, r)), 0u};
-    chunk_mma_scaled<NT, NW, false>(q, f, arow, act_col, act_ok, acc);
+    chunk_mma_scaled<NT, NW, false, kActFromL2>(q, f, arow, act_col, act_ok, acc);
   }
 }
 

@@ -54,6 +54,7 @@ struct Config {
   int stages_gemm2 = 0;
   bool per_pair = false;  // decode path: per-pair tiles, no grouping (portable::per_pair_decode)
   bool tile_waits = false;  // decode path: GEMM2 waits per tile (portable::decode_tile_waits)
+  bool fused = false;       // decode path: one launch (portable::fused_decode)
   // decode path: what portable::moe_forward runs, decided here: the GEMM2 +
   // combine block's warps (portable::down_combine_warps), or kDownCombineSplit
   // for the two apart; the rest as Overrides::decode gave it.
@@ -194,12 +195,15 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
                                        : 0;
   c.decode.down_combine_warps = fused > 0 ? fused : portable::kDownCombineSplit;
   c.tile_waits = portable::decode_tile_waits(tokens, c.per_pair, fused > 0);
+  c.fused = portable::fused_decode(tokens, topk, o.decode.fused_decode);
+  c.decode.fused_decode = c.fused ? portable::kFusedDecodeOn : portable::kFusedDecodeOff;
   if (o.path == 1 || (o.path != 2 && decode)) return c;
   const int bn = token_tile(tokens, topk, experts, o.token_tile);
   const int s1 = pipeline_stages(bn, hidden_padded), s2 = pipeline_stages(bn, intermediate_padded);
   if (s1 == 0 || s2 == 0) return c;  // K too large for two stages: the portable kernels take any K
   c.path = Path::kWgmma;
   c.per_pair = false;
+  c.fused = false;
   c.decode = {};
   c.tile_waits = false;
   c.token_tile = bn;
@@ -213,6 +217,8 @@ inline Config choose_config(int64_t tokens, int64_t topk, int64_t experts, int64
 
 // One line, e.g. "wgmma: 128-token tiles, 5 / 5 stages (GEMM1 / GEMM2), 1 block per SM".
 inline std::string describe(const Config& c) {
+  if (c.path == Path::kPortableDecode && c.fused)
+    return std::string("portable decode kernel (mma.sync GEMV) in ") + portable::kFusedDecodeDescription;
   if (c.path == Path::kPortableDecode)
     return c.per_pair ? std::string("portable decode kernels (mma.sync GEMV), ") + portable::kPerPairDescription +
                             (c.tile_waits ? portable::kTileWaitDescription : "") +
