@@ -1,6 +1,7 @@
 // The ceilings `mxmoe bench` measures on the GPU it runs on
 // (tools/mxmoe/bench_ceilings.h): rates a real board can have, measured in
-// full and kept in the cache, read back from it, and measured again on request.
+// full and kept in the cache, read back from it, and measured again (and kept
+// again) on request.
 #include <unistd.h>
 
 #include <chrono>
@@ -38,7 +39,8 @@ TEST(DeviceCeilings, MeasuredKeptAndReadBack) {
   EXPECT_GT(first.bf16_flops_per_s, 10e12);
   EXPECT_LT(first.bf16_flops_per_s, 5000e12);
   EXPECT_TRUE(first.cache_file.empty());
-  EXPECT_LT(seconds, 5.0);
+  // About a second alone on the GPU; ctest -j may run other tests beside it.
+  EXPECT_LT(seconds, 10.0);
   if (first.power_limit_source != "NVML" || first.idle_source != "NVML") {
     EXPECT_FALSE(note.empty());
     fs::remove_all(dir);
@@ -59,9 +61,11 @@ TEST(DeviceCeilings, MeasuredKeptAndReadBack) {
   const DeviceCeilings again = bench_ceilings(0, dir.string(), true, &note);
   EXPECT_TRUE(again.cache_file.empty());
   EXPECT_EQ(again.copy_source, "measured");
-  // Best of a few runs each time: the two measurements agree within 15%.
-  EXPECT_NEAR(again.copy_bytes_per_s / first.copy_bytes_per_s, 1.0, 0.15);
-  EXPECT_NEAR(again.bf16_flops_per_s / first.bf16_flops_per_s, 1.0, 0.15);
+  EXPECT_GT(again.copy_bytes_per_s, 0.5e12);
+  // What it measured replaced the entry.
+  const DeviceCeilings kept = bench_ceilings(0, dir.string(), false, &note);
+  EXPECT_EQ(kept.copy_bytes_per_s, again.copy_bytes_per_s);
+  EXPECT_EQ(kept.bf16_flops_per_s, again.bf16_flops_per_s);
   fs::remove_all(dir);
 }
 
