@@ -32,7 +32,7 @@ struct KnownCeilings {
   double copy_bytes_per_s, bf16_flops_per_s, power_limit_w, idle_w, joules_per_byte_read, joules_per_bf16_flop;
 };
 
-// NVIDIA H200 (SM90, 700 W limit, driver 580.159.04). Device-to-device copy
+// NVIDIA H200 (SM90, 132 SMs, 700 W limit). Device-to-device copy
 // 4.14 TB/s and bf16 GEMM (torch, 8192^3) 730 TFLOP/s, 2026-12-01. The idle
 // draw and the energy above it of one byte of an HBM read stream and of one
 // bf16 GEMM FLOP: bench/power_ceilings, 2026-12-01, two runs (idle 119.9 and
