@@ -6,8 +6,8 @@
 // draw, and the FLOP rate each GEMM could hold at the power limit.
 // Where a forward both streams many bytes and does many FLOPs, the board's
 // power limit, not the two rates, sets its time: `mxmoe bench` prints that
-// time (capped_us) from the constants this program measured on the H200
-// (tools/mxmoe/roofline.h, docs/PERF.md).
+// time (capped_us) with the energies this program measured on the H200
+// (tools/mxmoe/device_ceilings.h, docs/PERF.md).
 //   usage: power_ceilings [--window-s 1] [--warmup-s 1]
 #include <chrono>
 #include <cstdio>
@@ -29,12 +29,16 @@
 
 #include "cuda/common/board_energy.h"
 #include "cuda/common/board_power.h"
+#include "cuda/common/smxx_ceiling_kernels.cuh"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using mxmoe::Status;
 using mxmoe::smxx::BoardEnergyCounter;
+using mxmoe::smxx::fill_normal;
+using mxmoe::smxx::fill_random_words;
+using mxmoe::smxx::read_stream;
 
 // Larger than the L2 (50 MB) many times over, so every byte read comes from HBM.
 constexpr size_t kStreamBytes = size_t(4) << 30;
@@ -45,48 +49,6 @@ bool check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return true;
   std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
   return false;
-}
-
-// One step of a multiply-xorshift hash.
-__device__ __forceinline__ uint32_t mix(uint32_t x) {
-  x ^= x >> 13;
-  x *= 0x5bd1e995u;
-  return x ^ (x >> 15);
-}
-
-// Random bits: a stream of zeros would flatter the power of the bus.
-__global__ void fill_random_words(uint32_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = mix(uint32_t(i) * 2654435761u ^ seed);
-}
-
-// About N(0, 1) (a sum of four uniforms) in bf16 or e4m3, as the activations
-// `mxmoe bench` times: the tensor core's power depends on the values it
-// multiplies. e4m3 holds N(0, 1) with its 3 mantissa bits full (max 448).
-template <typename T>
-__global__ void fill_normal(T* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = uint32_t(i) * 2654435761u ^ seed;
-    float s = 0.f;
-    for (int r = 0; r < 4; ++r) {
-      x = mix(x);
-      s += float(x & 0xFFFFu) / 65536.f;
-    }
-    p[i] = T((s - 2.f) * 1.7320508f);
-  }
-}
-
-// Every 16-byte word once, not kept in L1; the XOR keeps the loads live.
-__global__ void read_stream(const uint4* __restrict__ p, size_t n, uint32_t* __restrict__ sink) {
-  uint32_t acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p + i));
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;
 }
 
 // D = A^T B in FP8 through cuBLASLt, column-major, all three n x n: on Hopper
@@ -186,25 +148,6 @@ bool fetch(const T* p, size_t stride, int n, std::vector<double>* out) {
     return false;
   out->resize(n);
   for (int k = 0; k < n; ++k) (*out)[k] = double(float(h[k]));
-  return true;
-}
-
-// Mean power with the GPU idle, between two counter edges about window_s apart.
-bool idle_watts(const BoardEnergyCounter& counter, double window_s, double* watts) {
-  auto next_edge = [&](uint64_t* mj, Clock::time_point* t) {
-    uint64_t first = 0;
-    if (!counter.read_mj(&first).ok()) return false;
-    for (*mj = first; *mj == first;)
-      if (!counter.read_mj(mj).ok()) return false;
-    *t = Clock::now();
-    return true;
-  };
-  uint64_t mj0 = 0, mj1 = 0;
-  Clock::time_point t0, t1;
-  if (!next_edge(&mj0, &t0)) return false;
-  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
-  if (!next_edge(&mj1, &t1)) return false;
-  *watts = double(mj1 - mj0) / 1e3 / std::chrono::duration<double>(t1 - t0).count();
   return true;
 }
 
@@ -340,17 +283,18 @@ int main(int argc, char** argv) {
   // The idle draw once the spot checks' GEMMs have drained (the board's power settles within ~0.1 s).
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   double idle = 0;
-  if (!idle_watts(*counter, window_s, &idle)) {
-    std::fprintf(stderr, "idle power: counter read failed\n");
+  if (const Status s = mxmoe::smxx::measure_idle_power(*counter, window_s, &idle); !s.ok()) {
+    std::fprintf(stderr, "idle power: %s\n", s.message().c_str());
     return 1;
   }
-  // 8 blocks of 512 threads an SM: the stream's rate no longer grows past that.
-  const unsigned blocks = unsigned(prop.multiProcessorCount) * 8;
+  const unsigned blocks = unsigned(prop.multiProcessorCount) * mxmoe::smxx::kReadStreamBlocksPerSm;
   const double flops = 2.0 * kGemmN * kGemmN * kGemmN;
   Ceiling read, gemm[3];
   if (!measure(*counter, stream, warmup_s, window_s, double(kStreamBytes),
-               [&] { read_stream<<<blocks, 512, 0, stream>>>(reinterpret_cast<const uint4*>(words),
-                                                              kStreamBytes / 16, sink); },
+               [&] {
+                 read_stream<<<blocks, mxmoe::smxx::kReadStreamThreads, 0, stream>>>(
+                     reinterpret_cast<const uint4*>(words), kStreamBytes / 16, sink);
+               },
                &read))
     return 1;
   for (int g = 0; g < 3; ++g)

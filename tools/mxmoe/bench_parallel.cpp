@@ -19,8 +19,9 @@ uint32_t lighter(uint32_t rgb) {
 
 }  // namespace
 
-Status bench_parallel_model(const std::string& name, const MoeShape& shape, const ParallelBench& b, uint32_t rgb,
-                            nlohmann::json* entry, std::vector<PlotSeries>* plot) {
+Status bench_parallel_model(const std::string& name, const MoeShape& shape, const ParallelBench& b,
+                            const DeviceCeilings& ceilings, uint32_t rgb, nlohmann::json* entry,
+                            std::vector<PlotSeries>* plot) {
   const MoeWeights weights = make_random_weights(shape, b.seed);
   ParallelConfig config;
   config.mode = b.mode;
@@ -50,7 +51,7 @@ Status bench_parallel_model(const std::string& name, const MoeShape& shape, cons
     for (int i = 0; i < b.routing_sets; ++i)
       sets.push_back(make_random_routing(T, shape.experts, shape.topk, b.seed + uint64_t(i)));
     // N GPUs together move N times the bytes and FLOPs per second of one.
-    const Floor f = moe_floor(shape, T, mean_experts_touched(sets, shape.experts));
+    const Floor f = moe_floor(shape, T, mean_experts_touched(sets, shape.experts), ceilings);
     const double floor_us = f.us / c.size, pct = 100.0 * floor_us / tn.median_us;
     const double speedup = t1.median_us / tn.median_us;
     fmt::print("{:>7} {:>11.1f} {:>11.1f} {:>7.2f}x {:>6.0f}% {:>10.1f} {:>8.1f}%\n", T, t1.median_us, tn.median_us,

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device_ceilings.h"
 #include "mxmoe/parallel.h"
 #include "plot_png.h"
 
@@ -25,8 +26,9 @@ struct ParallelBench {
 
 // Prints a table for model `name` (random weights in bench.seed), fills its
 // JSON entry and adds plot series in `rgb`: N GPUs, one GPU (lighter), and
-// the floor over N GPUs (dashed).
+// the floor over N GPUs (dashed), each at `ceilings` (the first GPU's).
 Status bench_parallel_model(const std::string& name, const MoeShape& shape, const ParallelBench& bench,
-                            uint32_t rgb, nlohmann::json* entry, std::vector<PlotSeries>* plot);
+                            const DeviceCeilings& ceilings, uint32_t rgb, nlohmann::json* entry,
+                            std::vector<PlotSeries>* plot);
 
 }  // namespace mxmoe::cli

@@ -1,21 +1,24 @@
 // mxmoe bench: times a backend over a token sweep on GPT-OSS shapes and reports
 // each time against the floor: on a GPU the bytes of the experts touched at
-// the copy bandwidth, or FLOPs at the bf16 GEMM rate; on the CPU the same
-// bytes at the read bandwidth a stream measures in the same run
-// (bench_host.h).
+// its copy rate, or FLOPs at its bf16 GEMM rate (bench_ceilings.h: measured
+// at the start, or kept from an earlier run); on the CPU the same bytes at
+// the read bandwidth a stream measures in the same run (bench_host.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "activation_options.h"
+#include "bench_ceilings.h"
 #include "bench_host.h"
 #include "bench_parallel.h"
+#include "ceilings_cache.h"
 #include "commands.h"
 #include "mxmoe/cpu.h"
 #include "mxmoe/device.h"
@@ -44,6 +47,7 @@ struct BenchOptions {
   int tp_shard = 0;
   int64_t intermediate = 0;
   ActivationChoice activations;
+  bool remeasure_ceilings = false;
 };
 
 int fail(const Status& s) {
@@ -93,6 +97,20 @@ int run(const BenchOptions& o) {
   nlohmann::json report = {{"date", today()}, {"device", device}, {"models", nlohmann::json::array()}};
   std::vector<PlotSeries> plot;
   const uint32_t colors[] = {0x1F77B4, 0xD62728};
+  // The GPU's ceilings, on the first model timed on it, before its weights
+  // reach the device (the idle draw is read first).
+  std::optional<DeviceCeilings> ceilings;
+  auto gpu_ceilings = [&]() -> const DeviceCeilings& {
+    if (!ceilings) {
+      std::string note;
+      ceilings = bench_ceilings(devices.empty() ? 0 : devices[0].index, ceilings_cache_dir(), o.remeasure_ceilings,
+                                &note);
+      fmt::print("{}\n", describe(*ceilings));
+      if (!note.empty()) fmt::print("{}\n", note);
+      report["ceilings"] = *ceilings;
+    }
+    return *ceilings;
+  };
 
   for (size_t m = 0; m < models.size(); ++m) {
     const auto& [name, shape] = models[m];
@@ -104,7 +122,8 @@ int run(const BenchOptions& o) {
                              o.tokens.empty() ? gpu_tokens(o.quick) : o.tokens, o.routing_sets,
                              o.iterations > 0 ? o.iterations : 200, o.seed};
       nlohmann::json entry;
-      if (Status s = bench_parallel_model(name, shape, pb, colors[m % 2], &entry, &plot); !s.ok()) return fail(s);
+      if (Status s = bench_parallel_model(name, shape, pb, gpu_ceilings(), colors[m % 2], &entry, &plot); !s.ok())
+        return fail(s);
       report["models"].push_back(entry);
       continue;
     }
@@ -118,6 +137,7 @@ int run(const BenchOptions& o) {
     if (tokens.empty()) tokens = host_kind ? host_tokens(kind, o.quick) : gpu_tokens(o.quick);
     const int iterations = o.iterations > 0 ? o.iterations : (kind == BackendKind::kReference ? 3 : 200);
 
+    if (!host_kind) gpu_ceilings();
     fmt::print("{}: E={} H={} I={} top-{}; backend {}; device {}\n", name, shape.experts, shape.hidden,
                shape.intermediate, shape.topk, reason, host_kind ? cpu_model_name() : device);
     const MoeWeights weights = make_random_weights(shape, o.seed);
@@ -134,8 +154,10 @@ int run(const BenchOptions& o) {
       continue;
     }
 
+    const DeviceCeilings& gpu = gpu_ceilings();
     // capped_us: the time the board's power limit allows for the floor's
-    // bytes and FLOPs (roofline.h), where it exceeds floor_us the bound.
+    // bytes and FLOPs (roofline.h), where it exceeds floor_us the bound; "-"
+    // where the ceilings hold no energies for this board.
     // chained_us: per forward with all the sets' forwards in one graph
     // (ForwardTiming::chained_median_us), against the floor in of_floor_ch.
     // sm_MHz, ch_MHz: the median SM clock after the timed batches of each
@@ -164,7 +186,7 @@ int run(const BenchOptions& o) {
       std::vector<Routing> sets;
       for (int i = 0; i < o.routing_sets; ++i)
         sets.push_back(make_random_routing(T, shape.experts, shape.topk, o.seed + uint64_t(i)));
-      const Floor f = moe_floor(shape, T, mean_experts_touched(sets, shape.experts));
+      const Floor f = moe_floor(shape, T, mean_experts_touched(sets, shape.experts), gpu);
       const double pct = 100.0 * f.us / timing.median_us;
       const double tflops = f.flops / timing.median_us * 1e-6;
       const double tbps = f.bytes / timing.median_us * 1e-6;
@@ -181,8 +203,10 @@ int run(const BenchOptions& o) {
       const bool powered = timing.power_w > 0;
       const std::string power_cols = powered ? fmt::format("{:>6.0f} {:>7.2f}", timing.power_w, timing.energy_mj)
                                              : fmt::format("{:>6} {:>7}", "-", "-");
-      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {:>10.1f} {:>8.1f} {:>8.2f} {} {} {} {} {}\n", T,
-                 timing.median_us, f.us, pct, f.memory_bound ? "memory" : "math", f.capped_us, tflops, tbps,
+      const std::string capped_col =
+          f.capped_us > 0 ? fmt::format("{:>10.1f}", f.capped_us) : fmt::format("{:>10}", "-");
+      fmt::print("{:>7} {:>11.1f} {:>10.1f} {:>8.1f}% {:>9} {} {:>8.1f} {:>8.2f} {} {} {} {} {}\n", T,
+                 timing.median_us, f.us, pct, f.memory_bound ? "memory" : "math", capped_col, tflops, tbps,
                  chained_cols, limit_cols, clock_col(mhz), clock_col(ch_mhz), power_cols);
       rows.push_back({{"tokens", T}, {"median_us", timing.median_us}, {"min_us", timing.min_us},
                       {"iterations", timing.iterations}, {"floor_us", f.us}, {"percent_of_floor", pct},
@@ -260,6 +284,10 @@ Runner add_bench(CLI::App& parent) {
                                 "GPU: after each T's timings, replay for about this many seconds and report the "
                                 "board's mean power (W) and the energy per forward (mJ_fwd), from its energy counter")
                     ->check(CLI::Range(0.0, 60.0));
+  app->add_flag("--remeasure-ceilings", o->remeasure_ceilings,
+                "GPU: measure the copy and bf16 GEMM rates, power limit and idle draw again instead of reading "
+                "them from the cache ($XDG_CACHE_HOME/mxmoe or ~/.cache/mxmoe), e.g. after a clock or power "
+                "limit change");
   app->add_option("--json", o->json, "Write the results as JSON");
   app->add_option("--png", o->png, "Draw time vs T (log axes) with the floor as PNG");
   auto* tp = app->add_option("--tp", o->tp, "Time the layer tensor parallel over N GPUs against one GPU")

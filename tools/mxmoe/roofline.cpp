@@ -29,15 +29,17 @@ double mean_experts_touched(const std::vector<Routing>& sets, int64_t experts) {
   return total / double(sets.size());
 }
 
-Floor moe_floor(const MoeShape& s, int64_t tokens, double experts_touched) {
+Floor moe_floor(const MoeShape& s, int64_t tokens, double experts_touched, const DeviceCeilings& c) {
   Floor f;
   f.bytes = experts_touched * expert_bytes(s);
   f.flops = moe_flops(s, tokens);
-  const double mem_us = f.bytes / kCopyBytesPerSecond * 1e6;
-  const double math_us = f.flops / kBf16FlopsPerSecond * 1e6;
+  const double mem_us = f.bytes / c.copy_bytes_per_s * 1e6;
+  const double math_us = f.flops / c.bf16_flops_per_s * 1e6;
   f.memory_bound = mem_us >= math_us;
   f.us = std::max(mem_us, math_us);
-  f.capped_us = (f.bytes * kJoulesPerByteRead + f.flops * kJoulesPerBf16Flop) / (kBoardLimitWatts - kIdleWatts) * 1e6;
+  const double headroom_w = c.power_limit_w - c.idle_w;
+  if (c.joules_per_byte_read > 0 && c.joules_per_bf16_flop > 0 && headroom_w > 0)
+    f.capped_us = (f.bytes * c.joules_per_byte_read + f.flops * c.joules_per_bf16_flop) / headroom_w * 1e6;
   return f;
 }
 

@@ -1,31 +1,17 @@
-// The floor a MoE forward cannot beat: bytes of the experts it touches over the
-// measured copy bandwidth, or its FLOPs over the measured bf16 GEMM rate,
-// whichever is larger (measured on an H200, see docs/PERF.md); and the time
-// the board's power limit allows for the same bytes and FLOPs.
+// The floor a MoE forward cannot beat on one GPU: bytes of the experts it
+// touches over the GPU's copy rate, or its FLOPs over its bf16 GEMM rate,
+// whichever is larger; and the time the board's power limit allows for the
+// same bytes and FLOPs (device_ceilings.h holds the rates, the limit and the
+// energies).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "device_ceilings.h"
 #include "mxmoe/moe.h"
 
 namespace mxmoe::cli {
-
-inline constexpr double kCopyBytesPerSecond = 4.14e12;
-inline constexpr double kBf16FlopsPerSecond = 730e12;
-
-// The H200's power limit and idle draw, and the energy above idle of one byte
-// of an HBM read stream and of one bf16 GEMM FLOP (bench/power_ceilings, H200,
-// 2026-12-01, two runs: 129.1-129.2 pJ, 0.862-0.864 pJ). Each workload alone
-// already draws the limit: the read stream at 4.49 TB/s, the GEMM at 665
-// TFLOP/s. So a forward that must both read B bytes and do F FLOPs takes at
-// least about (B e_byte + F e_flop) / (limit - idle) at the limit, more than
-// either rate allows where B and F are both large (docs/PERF.md, "The floor
-// under the board's power limit").
-inline constexpr double kBoardLimitWatts = 700;
-inline constexpr double kIdleWatts = 120.2;
-inline constexpr double kJoulesPerByteRead = 129.1e-12;
-inline constexpr double kJoulesPerBf16Flop = 0.863e-12;
 
 // MXFP4 codes + E8M0 scales + bf16 biases of one expert (w13 and w2).
 double expert_bytes(const MoeShape& s);
@@ -38,8 +24,14 @@ struct Floor {
   double bytes = 0, flops = 0, us = 0;
   bool memory_bound = true;
   // The bytes' and FLOPs' energy over the power the limit leaves above idle.
+  // Each workload alone may draw the whole limit (on the H200 an HBM read
+  // stream and a bf16 GEMM both do), so a forward that must both read B
+  // bytes and do F FLOPs takes at least (B e_byte + F e_flop) / (limit -
+  // idle), more than either rate allows where B and F are both large
+  // (docs/PERF.md, "The floor under the board's power limit"). 0 where the
+  // ceilings hold no energies.
   double capped_us = 0;
 };
-Floor moe_floor(const MoeShape& s, int64_t tokens, double experts_touched);
+Floor moe_floor(const MoeShape& s, int64_t tokens, double experts_touched, const DeviceCeilings& ceilings);
 
 }  // namespace mxmoe::cli

@@ -106,4 +106,28 @@ Status measure_board_power(const BoardEnergyCounter& counter, const std::functio
   return Status::Ok();
 }
 
+Status measure_idle_power(const BoardEnergyCounter& counter, double window_s, double* watts) {
+  // The first read after the counter's value changes: the time of an edge,
+  // within one read (~3 ms).
+  auto next_edge = [&](uint64_t* mj, Clock::time_point* t) {
+    uint64_t first = 0;
+    MXMOE_RETURN_IF_ERROR(counter.read_mj(&first));
+    const Clock::time_point start = Clock::now();
+    for (*mj = first; *mj == first;) {
+      if (seconds(Clock::now() - start) > kEdgeWaitS)
+        return Status::Unsupported(fmt::format("the board's energy counter did not move within {:.1f} s", kEdgeWaitS));
+      MXMOE_RETURN_IF_ERROR(counter.read_mj(mj));
+    }
+    *t = Clock::now();
+    return Status::Ok();
+  };
+  uint64_t mj0 = 0, mj1 = 0;
+  Clock::time_point t0, t1;
+  MXMOE_RETURN_IF_ERROR(next_edge(&mj0, &t0));
+  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
+  MXMOE_RETURN_IF_ERROR(next_edge(&mj1, &t1));
+  *watts = double(mj1 - mj0) * 1e-3 / seconds(t1 - t0);
+  return Status::Ok();
+}
+
 }  // namespace mxmoe::smxx

@@ -1,5 +1,5 @@
-// The board's mean power while a GPU workload runs back to back, from two
-// update edges of its energy counter (board_energy.h).
+// The board's mean power while a GPU workload runs back to back, or while the
+// GPU is idle, from two update edges of its energy counter (board_energy.h).
 #pragma once
 
 #include <cstdint>
@@ -33,5 +33,15 @@ inline constexpr double kPowerLeadS = 0.05;
 // where the counter did not move.
 Status measure_board_power(const BoardEnergyCounter& counter, const std::function<Status(int64_t)>& launch,
                            cudaStream_t stream, double window_s, PowerWindow* out, std::string* note);
+
+// The board's mean power with nothing running on the GPU, between two update
+// edges of its counter at least window_s apart: the draw every workload's
+// energy is counted above. The caller leaves the GPU idle meanwhile (the
+// board's power settles within ~0.1 s of the last kernel, H200). Unsupported
+// where the counter does not step within kEdgeWaitS.
+Status measure_idle_power(const BoardEnergyCounter& counter, double window_s, double* watts);
+
+// Longer than the counter's update period (~100 ms, H200, driver 580) many times over.
+inline constexpr double kEdgeWaitS = 1.0;
 
 }  // namespace mxmoe::smxx
