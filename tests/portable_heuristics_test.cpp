@@ -82,9 +82,10 @@ TEST(PortableHeuristics, DecodeWarpsPerGemm) {
 }
 
 TEST(PortableHeuristics, DescribesTheTiles) {
-  EXPECT_EQ(describe_tiles(1, 4, 32, 2880), kFusedDecodeDescription);
-  EXPECT_EQ(describe_tiles(16, 4, 32, 2880), kFusedDecodeDescription);
-  const Overrides chain{0, 0, kFusedDecodeOff};
+  const Overrides one_launch{0, 0, kFusedDecodeOn}, chain{0, 0, kFusedDecodeOff};
+  EXPECT_EQ(describe_tiles(1, 4, 32, 2880, one_launch), kFusedDecodeDescription);
+  EXPECT_EQ(describe_tiles(16, 4, 32, 2880, one_launch), kFusedDecodeDescription);
+  EXPECT_EQ(describe_tiles(1, 4, 32, 2880), kPerPairDescription);
   EXPECT_EQ(describe_tiles(1, 4, 32, 2880, chain), kPerPairDescription);
   EXPECT_EQ(describe_tiles(2, 4, 32, 2880, chain), std::string(kPerPairDescription) + kTileWaitDescription);
   EXPECT_EQ(describe_tiles(6, 4, 32, 2880, chain), std::string(kPerPairDescription) + kTileWaitDescription);
@@ -100,14 +101,14 @@ TEST(PortableHeuristics, DescribesTheTiles) {
   EXPECT_EQ(describe_tiles(16384, 4, 32, 2880), "64-token tiles of expert-grouped rows");
 }
 
-// The one-launch decode: where the heuristic takes it, what the overrides
-// force, the 128 pairs its schedule holds; its grid: the larger phase's
-// items, at most the blocks the device holds at once.
+// The one-launch decode: only where forced (it lost at every shape
+// measured), up to the 128 pairs its schedule holds; its grid: the larger
+// phase's items, at most the blocks the device holds at once.
 TEST(PortableHeuristics, OneLaunchDecode) {
-  EXPECT_TRUE(fused_decode(1, 4));
-  EXPECT_TRUE(fused_decode(16, 4));
-  EXPECT_FALSE(fused_decode(17, 4));
+  EXPECT_FALSE(fused_decode(1, 4));
+  EXPECT_FALSE(fused_decode(16, 4));
   EXPECT_FALSE(fused_decode(1, 4, kFusedDecodeOff));
+  EXPECT_TRUE(fused_decode(1, 4, kFusedDecodeOn));
   EXPECT_TRUE(fused_decode(32, 4, kFusedDecodeOn));
   EXPECT_FALSE(fused_decode(33, 4, kFusedDecodeOn));  // 132 pairs: past the schedule
   EXPECT_FALSE(fused_decode(129, 1, kFusedDecodeOn));

@@ -27,13 +27,14 @@ TEST(Sm90Heuristics, DecodeGoesToThePortableKernels) {
   EXPECT_EQ(mean_rows_per_expert(3, 1, 8), 1);
   EXPECT_EQ(mean_rows_per_expert(65, 4, 32), 9);
   const Overrides chain{0, 0, portable::Overrides{0, 0, portable::kFusedDecodeOff}};
-  const Config one_launch = choose_config(6, 4, 32, 2944, 2944);
+  const Config one_launch =
+      choose_config(6, 4, 32, 2944, 2944, {0, 0, portable::Overrides{0, 0, portable::kFusedDecodeOn}});
   EXPECT_EQ(one_launch.path, Path::kPortableDecode);
   EXPECT_TRUE(one_launch.fused);
   EXPECT_EQ(one_launch.decode.fused_decode, portable::kFusedDecodeOn);
   EXPECT_EQ(describe(one_launch),
             std::string("portable decode kernel (mma.sync GEMV) in ") + portable::kFusedDecodeDescription);
-  EXPECT_FALSE(choose_config(6, 4, 32, 2944, 2944, chain).fused);
+  EXPECT_FALSE(choose_config(6, 4, 32, 2944, 2944).fused);  // not taken unless forced
   EXPECT_FALSE(choose_config(1, 4, 32, 2944, 2944, {2, 0}).fused);  // wgmma forced
   const Config decode = choose_config(6, 4, 32, 2944, 2944, chain);
   EXPECT_EQ(decode.token_tile, 0);

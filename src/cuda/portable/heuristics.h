@@ -164,18 +164,23 @@ inline int down_combine_warps(int64_t tokens, int64_t topk, int64_t experts, int
 // The decode forward in one cooperative launch (sm80_mxfp4_fused_decode.cu:
 // GEMM1, a grid barrier, GEMM2 and the combine on the same blocks), or the
 // chain of kernels above. Its tile schedule holds a pair a thread of 4 warps.
+// Not taken unless forced (kFusedDecodeOn, MXMOE_FUSED_DECODE=1): it lost at
+// every shape measured. H100 80GB, 2026-12-07, gpt-oss-120b, sm90 backend,
+// chained us, one launch / the chain: T = 1 full 33.6 / 24.2, TP2 21.3 /
+// 15.7, TP4 17.8 / 11.5, TP8 16.6 / 8.7; T = 4 full 100.0 / 75.4, TP8 31.4 /
+// 15.1; T = 16 full 280.8 / 234.8, TP8 84.5 / 49.5 (docs/PERF.md, "The
+// decode in one launch").
 inline constexpr int64_t kFusedMaxPairs = 128;
 inline constexpr int kFusedDecodeOn = 1;
 inline constexpr int kFusedDecodeOff = -1;
-inline constexpr int64_t kFusedDefaultMaxPairs = 64;
+inline bool fused_decode(int64_t tokens, int64_t topk, int override_fused = 0) {
+  return override_fused == kFusedDecodeOn && tokens * topk <= kFusedMaxPairs;
+}
+
 // Warps of its blocks and blocks an SM at its launch bounds (<= 85
 // registers): the decode GEMM's 24 warps an SM (GemmConfig).
 inline constexpr int kFusedDecodeWarps = 8;
 inline constexpr int kFusedDecodeBlocksPerSm = 3;
-inline bool fused_decode(int64_t tokens, int64_t topk, int override_fused = 0) {
-  if (override_fused == kFusedDecodeOff || tokens * topk > kFusedMaxPairs) return false;
-  return override_fused == kFusedDecodeOn || tokens * topk <= kFusedDefaultMaxPairs;
-}
 
 // Blocks of the one-launch decode: as many as it has items in its larger
 // phase (tiles are at most the pairs; GEMM1 has rows1 32-row blocks a tile,
