@@ -73,23 +73,30 @@ Status launch_router(const DeviceWeights& w, const uint16_t* x, int64_t x_stride
 
 // GEMM1's parameters (w13 against x rows, SwiGLU into act rows of Ip) on
 // the schedule `sch`; the per-pair and fused paths set pair_ids.
-GemmParams gemm1_params(const DeviceWeights& w, const ForwardArgs& a, int64_t x_stride, const smxx::Schedule& sch,
-                        uint16_t* act) {
-  const int64_t Hp = w.hidden_padded, Ip = w.intermediate_padded;
-  GemmParams g{};
-  g.codes = w.w13_codes;
-  g.scales = w.w13_scales;
-  const CodeStrides cs = code_strides(w.swizzle, Hp / 2);
+// A GEMM's weights: n_rows rows an expert over K = k_padded, codes in the
+// plan's fragment order (code_strides), scales in its fragment scale order.
+void set_weights(GemmParams& g, const DeviceWeights& w, const uint8_t* codes, const uint8_t* scales,
+                 const uint16_t* bias, int64_t n_rows, int64_t k_padded) {
+  g.codes = codes;
+  g.scales = scales;
+  const CodeStrides cs = code_strides(w.swizzle, k_padded / 2);
   g.code_tile_stride = cs.tile;
   g.code_group_stride = cs.group;
   g.code_chunk_stride = cs.chunk;
   g.code_tail_group_stride = cs.tail_group;
-  g.scale_row_stride = Hp / 32;
-  g.scale_expert_stride = 2 * Ip * Hp / 32;
-  g.bias = w.b13;
-  g.bias_expert_stride = 2 * Ip;
-  g.n_rows = int(2 * Ip);
-  g.k = int(Hp);
+  g.scale_row_stride = k_padded / 32;
+  g.scale_expert_stride = n_rows * k_padded / 32;
+  g.bias = bias;
+  g.bias_expert_stride = n_rows;
+  g.n_rows = int(n_rows);
+  g.k = int(k_padded);
+}
+
+GemmParams gemm1_params(const DeviceWeights& w, const ForwardArgs& a, int64_t x_stride, const smxx::Schedule& sch,
+                        uint16_t* act) {
+  const int64_t Hp = w.hidden_padded, Ip = w.intermediate_padded;
+  GemmParams g{};
+  set_weights(g, w, w.w13_codes, w.w13_scales, w.b13, 2 * Ip, Hp);
   g.k_valid = int(w.shape.hidden);
   g.act_in = a.x;
   g.act_in_stride = x_stride;
@@ -112,19 +119,7 @@ GemmParams gemm1_params(const DeviceWeights& w, const ForwardArgs& a, int64_t x_
 GemmParams gemm2_params(const DeviceWeights& w, const GemmParams& g1, float* ypair, const float* route_w) {
   const int64_t Hp = w.hidden_padded, Ip = w.intermediate_padded;
   GemmParams g = g1;
-  g.codes = w.w2_codes;
-  g.scales = w.w2_scales;
-  const CodeStrides cs = code_strides(w.swizzle, Ip / 2);
-  g.code_tile_stride = cs.tile;
-  g.code_group_stride = cs.group;
-  g.code_chunk_stride = cs.chunk;
-  g.code_tail_group_stride = cs.tail_group;
-  g.scale_row_stride = Ip / 32;
-  g.scale_expert_stride = Hp * Ip / 32;
-  g.bias = w.b2;
-  g.bias_expert_stride = Hp;
-  g.n_rows = int(Hp);
-  g.k = int(Ip);
+  set_weights(g, w, w.w2_codes, w.w2_scales, w.b2, Hp, Ip);
   g.k_valid = int(Ip);
   g.act_in = g1.act_out;
   g.act_in_stride = Ip;

@@ -5,7 +5,9 @@
 // GEMM2's first weight bytes leave DRAM only once GEMM1 has drained; here
 // the blocks that finish their GEMM1 rows early pull their first GEMM2 rows
 // into L2 while the others finish, and one grid-wide barrier stands between
-// the two GEMMs.
+// the two GEMMs. As built it loses to the chain at every shape measured, so
+// it runs only where forced (portable::fused_decode); docs/PERF.md ("The
+// decode in one launch") has where its time goes.
 //
 // Phases of every block:
 //   0. The tile schedule, built in shared memory from the routing ids by
