@@ -43,6 +43,12 @@ struct Case {
   uint64_t seed;
 };
 
+// A case of a decode sweep, and whether MXMOE_TEST_QUICK keeps it.
+struct DecodeCase {
+  Case c;
+  bool quick;
+};
+
 std::string describe(const Case& c) {
   return describe_case(c.shape, c.tokens, c.mode) + " seed=" + std::to_string(c.seed);
 }
@@ -158,10 +164,6 @@ TEST_F(PortableGpu, DecodeGemm2WithTheCombine) {
   // one token).
   const portable::Overrides fused8{8, 0, portable::kFusedDecodeOff}, fused16{16, 0, portable::kFusedDecodeOff},
       split{portable::kDownCombineSplit, 0, portable::kFusedDecodeOff};
-  struct DecodeCase {
-    Case c;
-    bool quick;
-  };
   const DecodeCase cases[] = {
       {{{32, 2880, 384, 4}, 1, RouteMode::kRandom, 1100}, true},
       {{{32, 2880, 736, 4}, 2, RouteMode::kRandom, 1101}, true},
@@ -192,10 +194,6 @@ TEST_F(PortableGpu, OneLaunchDecode) {
   // empty, 256 experts (the schedule's scan over 8 steps of 32), the K tail
   // with padded rows (Hp = 320, Ip = 256).
   const portable::Overrides on{0, 0, portable::kFusedDecodeOn};
-  struct DecodeCase {
-    Case c;
-    bool quick;
-  };
   const DecodeCase cases[] = {
       {{{32, 2880, 384, 4}, 1, RouteMode::kRandom, 1200}, true},
       {{{32, 2880, 384, 4}, 16, RouteMode::kRandom, 1201}, true},

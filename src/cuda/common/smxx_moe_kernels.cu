@@ -603,6 +603,14 @@ Status sm_count(const char* who, int* sms) {
   return cached_attribute(cudaDevAttrMultiProcessorCount, count, who, sms);
 }
 
+Status cooperative_launches(const char* who, bool* yes) {
+  static std::atomic<int> known[kCachedDevices] = {};
+  int v = 0;
+  MXMOE_RETURN_IF_ERROR(cached_attribute(cudaDevAttrCooperativeLaunch, known, who, &v));
+  *yes = v != 0;
+  return Status::Ok();
+}
+
 Status launch_router_topk(const uint16_t* x, int64_t T, int64_t H, int64_t x_stride, const uint16_t* router_weight,
                           int64_t router_stride, const uint16_t* router_bias, int64_t E, int64_t k, int32_t* ids,
                           float* weights, bool overlap, cudaStream_t stream, const char* who) {

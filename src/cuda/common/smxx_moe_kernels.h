@@ -31,6 +31,10 @@ Status kernels_may_overlap(const char* who, bool* overlap);
 // The current device's SM count (grid sizes of the persistent and decode GEMMs).
 Status sm_count(const char* who, int* sms);
 
+// Whether the current device takes cooperative launches (every SM80+ GPU
+// does; a partitioned one may not).
+Status cooperative_launches(const char* who, bool* yes);
+
 // logits = x W^T + b (bf16 products on the tensor cores, fp32 sums), top-k
 // with ties to the lower id, softmax over the k: ids and weights [tokens, k].
 // x bf16 [tokens, hidden] with rows x_stride elements apart, 16-byte aligned

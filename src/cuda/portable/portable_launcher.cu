@@ -1,7 +1,6 @@
 // The launcher that enqueues the whole portable forward on one stream: the
 // shared router, grouping and combine kernels around the mma.sync GEMMs.
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -131,17 +130,6 @@ GemmParams gemm2_params(const DeviceWeights& w, const GemmParams& g1, float* ypa
   return g;
 }
 
-// Whether this device takes cooperative launches (every SM80+ GPU does; a
-// partitioned one may not), per device.
-bool cooperative_launches() {
-  static std::atomic<int> cached[64] = {};  // 0 unknown, 1 yes, 2 no
-  int dev = 0, yes = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  if (cached[dev].load() == 0)
-    cached[dev] = cudaDeviceGetAttribute(&yes, cudaDevAttrCooperativeLaunch, dev) == cudaSuccess && yes ? 1 : 2;
-  return cached[dev].load() == 1;
-}
-
 }  // namespace
 
 Status route_topk(const DeviceWeights& w, const uint16_t* x, int64_t tokens, int32_t* ids,
@@ -215,7 +203,9 @@ Status moe_forward(const DeviceWeights& w, const ForwardArgs& a, void* workspace
   float* ypair = static_cast<float*>(at(l.ypair));
   GemmParams g1 = gemm1_params(w, a, x_stride, sch, act);
 
-  if (fused_decode(T, k, overrides.fused_decode) && cooperative_launches()) {
+  bool cooperative = false;
+  if (fused_decode(T, k, overrides.fused_decode)) MXMOE_RETURN_IF_ERROR(smxx::cooperative_launches(kWho, &cooperative));
+  if (cooperative) {
     // Both GEMMs read the routing as given (its ids checked in the kernel);
     // pair q's rows of act and ypair lie at q.
     g1.pair_ids = ids;

@@ -252,22 +252,22 @@ sm80_mxfp4_fused_decode(const GemmParams g1, const GemmParams g2, const FusedDec
   }
 }
 
-// Blocks of `kernel` the device holds at once, per device (a cooperative
-// grid may not exceed it); 0 when the query fails.
+// Blocks of the kernel the current device holds at once (a cooperative grid
+// may not exceed it); 0 when a query fails. The blocks an SM holds are asked
+// once per device (the SM count is cached by sm_count).
 template <typename Out>
 int coresident_blocks() {
-  static std::atomic<int> cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  if (cached[dev].load() == 0) {
-    int per_sm = 0, sms = 0;
+  static std::atomic<int> per_sm_of[64] = {};
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64 || !smxx::sm_count("portable", &sms).ok()) return 0;
+  if (per_sm_of[dev].load() == 0) {
+    int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sm80_mxfp4_fused_decode<Out>, kThreads, 0) !=
-            cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        cudaSuccess)
       return 0;
-    cached[dev] = per_sm * sms;
+    per_sm_of[dev] = per_sm;
   }
-  return cached[dev];
+  return per_sm_of[dev].load() * sms;
 }
 
 template <typename Out>
