@@ -247,6 +247,9 @@ TEST(LayerCpu, RefusesBadOptions) {
   st = create_on(w.view(), "auto", 64);  // no such device on any machine we run
   EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.message();
   EXPECT_NE(st.message().find("CUDA device 64"), std::string::npos) << st.message();
+  st = create_on(w.view(), "cpu", 64);  // experts in host memory for a device that does not exist
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.message();
+  EXPECT_NE(st.message().find("CUDA"), std::string::npos) << st.message();
   MoeWeightsView v = w.view();
   v.shape.hidden = 100;
   st = create_on(v, "auto", -1);

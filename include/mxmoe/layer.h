@@ -24,6 +24,17 @@
 // staging copy of them (freed before create returns).
 // CPU layers (device = -1): every pointer is host memory, `stream` is ignored
 // and the forward runs to completion before it returns.
+// Host-memory layers (backend "cpu" on a CUDA device; dispatch never picks
+// one itself): the experts live in host memory, packed for the cpu backend,
+// and the CPU computes them; x, the routing and y are memory of the layer's
+// device, as for a device layer (it needs no workspace: 0 bytes). The forward enqueues on `stream`
+// the copies of x and the routing into the layer's pinned staging, a host
+// function that runs the cpu backend on host_threads threads, and the copy of
+// y back, a piece of host_chunk_tokens tokens at a time: no host
+// synchronisation, and a CUDA graph can record it (memcpy and host nodes).
+// Those forwards share the layer's one staging: forwards on different streams
+// (or graphs holding them) must be ordered by the caller, e.g. by events. An
+// out-of-range id makes its token's row NaN, as on a GPU backend.
 //
 // Threads: a layer is immutable after create. Its const members may be called
 // from several threads at once, each with its own workspace (and, on a GPU,
@@ -64,6 +75,13 @@ struct LayerOptions {
   // create returns once that work is complete.
   std::shared_ptr<DeviceAllocator> allocator;
   CUstream_st* stream = nullptr;
+  // Host-memory layers: the OpenMP threads a forward's CPU work runs on (0:
+  // omp_get_max_threads(), i.e. OMP_NUM_THREADS or every core), and the
+  // tokens the pinned staging holds (about 6 H + 8 k bytes a token: 17 KB at
+  // gpt-oss's H = 2880); a longer forward runs in pieces of that many, each
+  // reading the experts it touches again.
+  int host_threads = 0;
+  int64_t host_chunk_tokens = 256;
 };
 
 struct LayerForwardArgs {
@@ -104,8 +122,11 @@ class MoeLayer {
   ActivationFormat activations() const { return activations_; }
 
   // Device memory the layer holds (its prepared weights, one allocation a
-  // tensor, as asked of the allocator); 0 for a CPU layer.
+  // tensor, as asked of the allocator); 0 for a CPU or host-memory layer.
   virtual size_t device_bytes() const { return 0; }
+  // Whether the experts live in host memory while x and y are on a GPU (a
+  // host-memory layer: backend cpu, device >= 0).
+  bool host_experts() const { return backend_ == BackendKind::kCpu && device_ >= 0; }
 
   // Workspace bytes that serve any forward of 1..max_tokens tokens (host work
   // proportional to max_tokens: call it once, at set-up).
@@ -115,7 +136,7 @@ class MoeLayer {
   virtual size_t forward_workspace_bytes(int64_t tokens) const = 0;
 
   // y = MoE(x). `workspace` holds at least forward_workspace_bytes(tokens)
-  // bytes, 256-byte aligned; its contents need not be kept between calls.
+  // bytes, 256-byte aligned (it may be null where that is 0); its contents need not be kept between calls.
   // Errors (nothing is enqueued then) name the argument: null, misaligned or
   // wrongly placed pointers (host memory for a device layer, another
   // device's memory), a row stride below H, a workspace too small for T,

@@ -12,6 +12,13 @@
 // from the mapped files.
 // Errors name the layer (a truncated or inconsistent checkpoint, a NaN scale,
 // a device out of memory); after an error no layer and no buffer is left.
+//
+// A GPU that cannot hold every layer: with max_device_bytes, the first layers
+// whose experts fit go on the GPU and the others become host-memory layers
+// (include/mxmoe/layer.h: experts in host memory, computed by the CPU, x and
+// y on the GPU), so one model runs across both:
+//   load_layers(path, {}, {.device = 0, .max_device_bytes = 40e9}, &layers);
+//   // layers[i]->host_experts() says where layer i's experts went
 #pragma once
 
 #include <cstdint>
@@ -37,13 +44,37 @@ struct LoadOptions {
   // from, and the stream the uploads and preparation run on.
   std::shared_ptr<DeviceAllocator> allocator;
   CUstream_st* stream = nullptr;
+  // GPU loads: the device bytes the layers' prepared weights may take (none:
+  // every layer goes on the GPU; 0: every layer's experts stay in host
+  // memory). The load's own staging, freed at its end, is not counted.
+  std::optional<int64_t> max_device_bytes;
+  // Host-memory layers: LayerOptions' host_threads and host_chunk_tokens.
+  int host_threads = 0;
+  int64_t host_chunk_tokens = 256;
 };
 
 struct LoadStats {
   double seconds = 0;
   int64_t bytes = 0;               // checkpoint bytes of the layers loaded
   int64_t staging_host_bytes = 0;  // pinned host staging held (GPU loads)
+  int64_t device_layers = 0;       // layers whose experts are on the GPU (all of them, without a budget)
+  int64_t host_layers = 0;         // host-memory layers
 };
+
+// How a GPU load splits its layers: the first `device_layers` on the GPU, at
+// `bytes_per_device_layer` each, and the rest in host memory.
+struct LayerPlacement {
+  int64_t device_layers = 0;
+  int64_t host_layers = 0;
+  int64_t bytes_per_device_layer = 0;
+};
+
+// The split of `layers` layers of `shape` under `max_device_bytes` (none:
+// all on the GPU) for the GPU backend `backend` (BackendKind::kCpu: all in
+// host memory): as many as fit, the bytes of each from the backend's
+// preparation plan (the exact bytes its layer asks the allocator for).
+Status plan_placement(BackendKind backend, const MoeShape& shape, bool has_router, int64_t layers,
+                      std::optional<int64_t> max_device_bytes, LayerPlacement* out);
 
 // `layers` empty: every MoE layer of the checkpoint, in order; else those listed.
 Status load_layers(const std::string& path, const std::vector<int64_t>& layers, const LoadOptions& options,

@@ -108,13 +108,17 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer_from_checkpoin
 // Layers `layers` (n_layers of them; 0: every layer) of a checkpoint onto
 // `device`, their handles written to `handles` (room for max_handles);
 // returns how many, or -(StatusCode). `progress(done, total)` may be null.
+// max_device_bytes < 0: no budget; else the layers beyond it keep their
+// experts in host memory, computed on host_threads threads (0: OpenMP's).
 __attribute__((visibility("default"))) int64_t mxmoe_load_layers(
     const char* path, const int64_t* layers, int64_t n_layers, int64_t topk, const char* backend, int device,
-    int activations, int scale_rule, void (*progress)(int64_t, int64_t), int64_t* handles, int64_t max_handles,
-    char* error, size_t error_size) {
+    int activations, int scale_rule, int64_t max_device_bytes, int host_threads, void (*progress)(int64_t, int64_t),
+    int64_t* handles, int64_t max_handles, char* error, size_t error_size) {
   LoadOptions o;
   o.backend = backend ? backend : "auto";
   o.device = device;
+  if (max_device_bytes >= 0) o.max_device_bytes = max_device_bytes;
+  o.host_threads = host_threads;
   if (topk > 0) o.topk = topk;
   o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
   o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;
@@ -140,7 +144,7 @@ __attribute__((visibility("default"))) void mxmoe_release_layer(int64_t handle) 
 }
 
 // {"backend", "reason", "device", "experts", "hidden", "intermediate", "topk",
-// "has_router", "device_bytes"} of a layer; returns 0, the bytes needed when out is too
+// "has_router", "device_bytes", "host_experts"} of a layer; returns 0, the bytes needed when out is too
 // small, or -1 for an unknown handle.
 __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, char* out, size_t out_size) {
   const auto layer = mxmoe::python::find_layer(handle);
@@ -155,15 +159,17 @@ __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, 
                      {"intermediate", s.intermediate},
                      {"topk", s.topk},
                      {"has_router", layer->has_router()},
-                     {"device_bytes", layer->device_bytes()}},
+                     {"device_bytes", layer->device_bytes()},
+                     {"host_experts", layer->host_experts()}},
                     out, out_size);
 }
 
 // The dispatch table for `shape` on CUDA device `device` (-1: the CPU):
 // {"device": {...} or null, "compiled_archs", "cpu_kernels" (the cpu
 // backend's kernel path and why, or why none), "backends": [{"name", "built",
-// "why_not_built", "available", "why"}], "pick", "reason"} ("pick" null and "error" set when
-// nothing can run).
+// "why_not_built", "available", "why"}], "pick", "reason", "device_layer_bytes" (what a
+// layer of the pick holds on the device, with a router; 0 on the CPU)} ("pick" null and
+// "error" set when nothing can run).
 __attribute__((visibility("default"))) int64_t mxmoe_dispatch_info(int64_t experts, int64_t hidden,
                                                                    int64_t intermediate, int64_t topk, int device,
                                                                    const char* backend, int activations, char* out,
@@ -194,6 +200,10 @@ __attribute__((visibility("default"))) int64_t mxmoe_dispatch_info(int64_t exper
   const Status st = choose_backend(in, &pick);
   j["pick"] = st.ok() ? nlohmann::json(backend_name(pick.backend)) : nlohmann::json(nullptr);
   j[st.ok() ? "reason" : "error"] = st.ok() ? pick.reason : st.message();
+  LayerPlacement one;
+  const bool on_device = st.ok() && device >= 0 && pick.backend != BackendKind::kReference;
+  j["device_layer_bytes"] =
+      on_device && plan_placement(pick.backend, shape, true, 1, std::nullopt, &one).ok() ? one.bytes_per_device_layer : 0;
   return write_json(j, out, out_size);
 }
 

@@ -23,8 +23,8 @@ _lib.mxmoe_create_layer_from_checkpoint.restype = _i64
 _lib.mxmoe_create_layer_from_checkpoint.argtypes = [_str, _i64, _i64, _str, _int, _int, _int, *_ERROR]
 _PROGRESS = ctypes.CFUNCTYPE(None, _i64, _i64)
 _lib.mxmoe_load_layers.restype = _i64
-_lib.mxmoe_load_layers.argtypes = [_str, ctypes.POINTER(_i64), _i64, _i64, _str, _int, _int, _int, _PROGRESS,
-                                   ctypes.POINTER(_i64), _i64, *_ERROR]
+_lib.mxmoe_load_layers.argtypes = [_str, ctypes.POINTER(_i64), _i64, _i64, _str, _int, _int, _int, _i64, _int,
+                                   _PROGRESS, ctypes.POINTER(_i64), _i64, *_ERROR]
 _lib.mxmoe_release_layer.restype = None
 _lib.mxmoe_release_layer.argtypes = [_i64]
 _lib.mxmoe_layer_workspace_bytes.restype = _i64
@@ -86,13 +86,14 @@ def create_layer_from_checkpoint(path, layer, topk, backend, device, activations
                  device, *activations)
 
 
-def load_layers(path, layers, topk, backend, device, activations, progress, count):
+def load_layers(path, layers, topk, backend, device, activations, max_device_bytes, host_threads, progress, count):
     """Handles of the layers loaded (see mxmoe_load_layers); `count` bounds how many."""
     asked = (_i64 * len(layers))(*layers)
     handles = (_i64 * count)()
     callback = _PROGRESS(progress) if progress else ctypes.cast(None, _PROGRESS)
+    budget = -1 if max_device_bytes is None else max_device_bytes
     n = _call(_lib.mxmoe_load_layers, os.fsencode(path), asked, len(layers), topk or 0, backend.encode(), device,
-              *activations, callback, handles, count)
+              *activations, budget, host_threads, callback, handles, count)
     return list(handles[:n])
 
 

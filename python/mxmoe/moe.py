@@ -40,16 +40,17 @@ def _host(t, dtype=None):
 _BF16_NAMES = ("router_weight", "router_bias", "gate_up_bias", "down_bias")
 
 
-def _placed(named, index):
+def _placed(named, index, backend):
     """The tensors as the library takes them, in mxmoe_create_layer's order.
 
     For a GPU layer whose tensors all lie on CUDA devices they stay there (the
     library prepares them on that GPU, without a copy through host memory;
-    tensors on another GPU than the layer's are refused); otherwise they are
-    copied to host memory. Biases and router become bf16 where they are.
+    tensors on another GPU than the layer's are refused); otherwise, and for
+    a host-memory layer (backend "cpu" on a GPU), they are copied to host
+    memory. Biases and router become bf16 where they are.
     """
     given = {n: t for n, t in named.items() if t is not None}
-    if index >= 0 and all(t.is_cuda for t in given.values()):
+    if index >= 0 and backend != "cpu" and all(t.is_cuda for t in given.values()):
         for n, t in given.items():
             if t.device.index != index:
                 raise ValueError(f"mxmoe: {n} is on {t.device}; the layer is asked for cuda:{index}")
@@ -84,7 +85,13 @@ class MoE(nn.Module):
     or "reference" for MXFP8 activations), ``backend_reason`` (why dispatch
     chose it; on the CPU also the kernels' instruction set), ``device``,
     ``num_experts``, ``hidden_size``, ``intermediate_size``, ``top_k``,
-    ``device_bytes`` (the device memory the layer holds, from torch's allocator; 0 on the CPU).
+    ``device_bytes`` (the device memory the layer holds, from torch's allocator; 0 on the CPU),
+    ``host_experts`` (True for a host-memory layer: backend "cpu" on a GPU, whose experts live in
+    host memory and are computed by the CPU while x and y stay on the GPU).
+
+    A host-memory layer's forwards are enqueued on the current stream like a GPU layer's (copies
+    and a host function, so CUDA graphs record them); forwards of one such layer on different
+    streams must be ordered by the caller, since they share its pinned staging.
     """
 
     def __init__(self, handle):
@@ -102,6 +109,7 @@ class MoE(nn.Module):
         self.top_k = info["topk"]
         self.has_router = info["has_router"]
         self.device_bytes = info["device_bytes"]
+        self.host_experts = info["host_experts"]
 
     @classmethod
     def from_checkpoint(cls, path, layer, *, backend="auto", device=None, topk=None, activations="bf16",
@@ -175,7 +183,7 @@ class MoE(nn.Module):
                     raise ValueError(f"mxmoe: consume=True frees the tensors' storages, and {n}'s cannot be "
                                      "resized (memory it does not own, e.g. a mapped file)")
         index = _device_index(device)
-        tensors = _placed(named, index)
+        tensors = _placed(named, index, backend)
         codes = _library.activation_codes(activations, mxfp8_scale_rule)
         handle = _library.create_layer(tensors, (e, h, i, topk), (float(swiglu_alpha), float(swiglu_limit)), backend,
                                        index, codes)
@@ -275,20 +283,57 @@ def _progress_bar(progress):
     return None
 
 
-def load_layers(path, layers=None, *, backend="auto", device=None, progress=None, topk=None):
+def load_layers(path, layers=None, *, backend="auto", device=None, progress=None, topk=None, max_device_bytes=None,
+                host_threads=0):
     """Every MoE layer of a GPT-OSS checkpoint (or those in ``layers``) as a list of :class:`MoE`.
 
     On a GPU the files are read in parallel into pinned staging (two layers' worth of host
     memory), each layer uploaded while the next is read and prepared on the GPU. ``progress``:
     None draws a bar on stderr when it is a terminal, False draws none, a callable gets
     ``(done, total)`` after each layer. Errors name the layer; nothing stays allocated after one.
+
+    ``max_device_bytes`` (GPU loads): the device memory the layers may take. The first layers
+    that fit go on the GPU; the others keep their experts in host memory (``host_experts``)
+    and compute them on the CPU on ``host_threads`` threads (0: OpenMP's default), with x and
+    y on the GPU. 0 keeps every layer's experts in host memory. Where a bar is drawn, a line
+    says which layers went where.
     """
     if layers is not None:
         layers = [int(i) for i in layers]
         if any(i < 0 for i in layers):
             raise ValueError(f"mxmoe: layers must be non-negative, got {layers}")
+    if max_device_bytes is not None and (not isinstance(max_device_bytes, int) or max_device_bytes < 0):
+        raise ValueError(f"mxmoe: max_device_bytes must be a non-negative int, got {max_device_bytes!r}")
+    if not isinstance(host_threads, int) or host_threads < 0:
+        raise ValueError(f"mxmoe: host_threads must be a non-negative int, got {host_threads!r}")
     index = _device_index(device)
     count = len(layers) if layers else 1 << 12
-    handles = _library.load_layers(str(path), layers or [], topk, backend, index, (0, 0), _progress_bar(progress),
-                                   count)
-    return [MoE(h) for h in handles]
+    bar = _progress_bar(progress)
+    handles = _library.load_layers(str(path), layers or [], topk, backend, index, (0, 0), max_device_bytes,
+                                   host_threads, bar, count)
+    moes = [MoE(h) for h in handles]
+    if bar is not None and bar is not progress and max_device_bytes is not None:
+        sys.stderr.write(f"mxmoe: {describe_placement(moes, layers)}\n")
+    return moes
+
+
+def describe_placement(moes, layers=None):
+    """One line: which layers' experts are on the GPU and which in host memory, e.g.
+    "MoE layers: 24 on the GPU (41.21 GB: layers 0-23), 12 in host memory (layers 24-35)"."""
+    ids = layers or list(range(len(moes)))
+    on_gpu = [i for i, m in zip(ids, moes) if not m.host_experts]
+    in_host = [i for i, m in zip(ids, moes) if m.host_experts]
+    gpu_bytes = sum(m.device_bytes for m in moes)
+    gpu = f"{len(on_gpu)} on the GPU ({gpu_bytes / 1e9:.2f} GB" + (f": {_spans(on_gpu)})" if on_gpu else ")")
+    host = f"{len(in_host)} in host memory" + (f" ({_spans(in_host)})" if in_host else "")
+    return f"MoE layers: {gpu}, {host}"
+
+
+def _spans(ids):
+    """'layers 0-11, 14' for a non-empty list of layer indices."""
+    spans, start = [], ids[0]
+    for a, b in zip(ids, ids[1:] + [None]):
+        if b != a + 1:
+            spans.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return "layers " + ", ".join(spans)

@@ -11,6 +11,7 @@
 #include "mxmoe/dispatch.h"
 #ifdef MXMOE_WITH_CUDA
 #include "api/device_layer.h"
+#include "api/host_experts_layer.h"
 #endif
 
 namespace mxmoe {
@@ -38,10 +39,20 @@ Status MoeLayer::create(const MoeWeightsView& weights, const LayerOptions& optio
   in.activations = options.activations.format;
   DispatchResult pick;
   MXMOE_RETURN_IF_ERROR(choose_backend(in, &pick));
+  const bool forced = !in.override_name.empty() && in.override_name != "auto";
+  if (pick.backend == BackendKind::kCpu && options.device >= 0 && forced) {
+#ifdef MXMOE_WITH_CUDA
+    return create_host_experts_layer(pick.reason, weights, options, out);
+#else
+    return Status::Unsupported("layer: experts in host memory for a GPU's activations need CUDA, which this build has not");
+#endif
+  }
   if (pick.backend == BackendKind::kCpu || pick.backend == BackendKind::kReference) {
     if (options.device >= 0)
-      return Status::Unsupported(
-          fmt::format("layer: no GPU backend can run on CUDA device {} ({})", options.device, pick.reason));
+      return Status::Unsupported(fmt::format(
+          "layer: no GPU backend can run on CUDA device {} ({}); backend \"cpu\" keeps the experts in host memory "
+          "and computes them on the CPU",
+          options.device, pick.reason));
     // The cpu backend checks the values in its packing pass (one read of
     // the weights, not two).
     if (pick.backend == BackendKind::kCpu) return create_cpu_layer(pick.reason, weights, out);
@@ -76,7 +87,7 @@ Status MoeLayer::check_common(const LayerForwardArgs& a, const void* workspace, 
   if (a.tokens > 0 && (!a.x || !a.y)) return Status::InvalidArgument(fmt::format("{}: null {}", who, !a.x ? "x" : "y"));
   if (a.tokens > 0) {
     const size_t need = forward_workspace_bytes(a.tokens);
-    if (!workspace || workspace_size < need)
+    if (need > 0 && (!workspace || workspace_size < need))
       return Status::InvalidArgument(fmt::format(
           "{}: workspace of {} bytes, a forward of {} tokens needs {} (size it with workspace_bytes(max_tokens))", who,
           workspace ? workspace_size : 0, a.tokens, need));

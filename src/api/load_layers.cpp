@@ -1,4 +1,5 @@
-// load_layers: the checkpoint's MoE layers on one device (include/mxmoe/load.h).
+// load_layers: the checkpoint's MoE layers on one device, or split between a
+// GPU and host memory under a budget (include/mxmoe/load.h).
 #include "mxmoe/load.h"
 
 #include <chrono>
@@ -6,7 +7,9 @@
 #include <fmt/format.h>
 
 #include "mxmoe/checkpoint.h"
+#include "mxmoe/dispatch.h"
 #include "mxmoe/prepare.h"
+#include "prepare/device_image.h"
 #ifdef MXMOE_WITH_CUDA
 #include "cuda/prepare/layer_loader.h"
 #endif
@@ -14,28 +17,94 @@
 namespace mxmoe {
 namespace {
 
-// The CPU layers are prepared from the mapped files (the cpu backend repacks
-// while it copies); each layer's pages are released once it is built.
-Status load_cpu_layers(const Checkpoint& ckpt, const std::vector<int64_t>& layers, const LoadOptions& o,
-                       std::vector<std::unique_ptr<MoeLayer>>* out) {
-  std::vector<std::unique_ptr<MoeLayer>> done;
+// Layers prepared on the CPU from the mapped files (the cpu backend repacks
+// while it copies), each layer's pages released once it is built: CPU layers
+// (device -1) or host-memory layers of GPU device o.device. `progress` is
+// told (first + i + 1, total) after layer i.
+Status load_host_layers(const Checkpoint& ckpt, const std::vector<int64_t>& layers, const LoadOptions& o,
+                        int64_t first, int64_t total, std::vector<std::unique_ptr<MoeLayer>>* out) {
+  LayerOptions lo;
+  lo.backend = o.device < 0 ? o.backend : "cpu";
+  lo.device = o.device;
+  lo.activations = o.activations;
+  lo.host_threads = o.host_threads;
+  lo.host_chunk_tokens = o.host_chunk_tokens;
   for (size_t i = 0; i < layers.size(); ++i) {
     MoeWeightsView v;
     Status st = ckpt.layer(layers[i], &v);
     std::unique_ptr<MoeLayer> layer;
-    if (st.ok()) st = MoeLayer::create(v, {.backend = o.backend, .device = -1, .activations = o.activations}, &layer);
+    if (st.ok()) st = MoeLayer::create(v, lo, &layer);
     if (!st.ok()) return Status(st.code(), fmt::format("layer {}: {}", layers[i], st.message()));
     const MoeShape& s = v.shape;
     ckpt.release_pages(v.w13.codes, size_t(s.experts * 2 * s.intermediate * s.hidden / 2));
     ckpt.release_pages(v.w2.codes, size_t(s.experts * s.hidden * s.intermediate / 2));
-    done.push_back(std::move(layer));
-    if (o.progress) o.progress(int64_t(i + 1), int64_t(layers.size()));
+    out->push_back(std::move(layer));
+    if (o.progress) o.progress(first + int64_t(i + 1), total);
+  }
+  return Status::Ok();
+}
+
+// The GPU backend a load onto CUDA device o.device prepares for (kCpu where
+// "cpu" is asked for: every layer a host-memory layer).
+Status device_backend(const MoeShape& shape, const LoadOptions& o, BackendKind* out) {
+  DispatchInput in = dispatch_input_for_device(o.backend, shape, o.device);
+  in.activations = o.activations.format;
+  DispatchResult pick;
+  MXMOE_RETURN_IF_ERROR(choose_backend(in, &pick));
+  *out = pick.backend;
+  return Status::Ok();
+}
+
+Status load_split(const Checkpoint& ckpt, const std::vector<int64_t>& layers, const LoadOptions& o,
+                  std::vector<std::unique_ptr<MoeLayer>>* out, LoadStats* stats) {
+  const int64_t n = int64_t(layers.size());
+  BackendKind kind = BackendKind::kCpu;
+  MXMOE_RETURN_IF_ERROR(device_backend(ckpt.info().shape, o, &kind));
+  LayerPlacement place{n, 0, 0};
+  // Without a GPU backend the device loader's MoeLayer::create says why.
+  if (kind == BackendKind::kCpu || o.max_device_bytes)
+    if (kind != BackendKind::kReference)
+      MXMOE_RETURN_IF_ERROR(plan_placement(kind, ckpt.info().shape, true, n, o.max_device_bytes, &place));
+  const std::vector<int64_t> on_device(layers.begin(), layers.begin() + place.device_layers);
+  const std::vector<int64_t> in_host(layers.begin() + place.device_layers, layers.end());
+  std::vector<std::unique_ptr<MoeLayer>> done;
+  if (!on_device.empty()) {
+#ifdef MXMOE_WITH_CUDA
+    LoadOptions od = o;
+    if (o.progress) od.progress = [&](int64_t d, int64_t) { o.progress(d, n); };
+    MXMOE_RETURN_IF_ERROR(smxx::load_device_layers(ckpt, on_device, od, &done, stats));
+#else
+    return Status::Unsupported("load_layers: this build has no CUDA");
+#endif
+  }
+  MXMOE_RETURN_IF_ERROR(load_host_layers(ckpt, in_host, o, place.device_layers, n, &done));
+  if (stats) {
+    stats->device_layers = place.device_layers;
+    stats->host_layers = place.host_layers;
   }
   *out = std::move(done);
   return Status::Ok();
 }
 
 }  // namespace
+
+Status plan_placement(BackendKind backend, const MoeShape& shape, bool has_router, int64_t layers,
+                      std::optional<int64_t> max_device_bytes, LayerPlacement* out) {
+  if (layers < 0) return Status::InvalidArgument(fmt::format("placement: {} layers", layers));
+  if (max_device_bytes && *max_device_bytes < 0)
+    return Status::InvalidArgument(fmt::format("load_layers: max_device_bytes = {} is negative", *max_device_bytes));
+  if (backend == BackendKind::kReference)
+    return Status::InvalidArgument("placement: the reference backend has no device layers");
+  LayerPlacement p;
+  if (backend != BackendKind::kCpu) {
+    for (int64_t piece : image_piece_bytes(make_plan(backend, shape), scale_image_of(backend), has_router))
+      p.bytes_per_device_layer += piece;
+    p.device_layers = max_device_bytes ? std::min(layers, *max_device_bytes / p.bytes_per_device_layer) : layers;
+  }
+  p.host_layers = layers - p.device_layers;
+  *out = p;
+  return Status::Ok();
+}
 
 Status load_layers(const std::string& path, const std::vector<int64_t>& asked, const LoadOptions& o,
                    std::vector<std::unique_ptr<MoeLayer>>* out, LoadStats* stats) {
@@ -54,21 +123,19 @@ Status load_layers(const std::string& path, const std::vector<int64_t>& asked, c
   out->clear();
   if (o.device < -1)
     return Status::InvalidArgument(fmt::format("load_layers: device {} is neither a CUDA device index nor -1", o.device));
-  Status st;
-  if (o.device < 0) {
-    st = load_cpu_layers(*ckpt, layers, o, out);
-  } else {
-#ifdef MXMOE_WITH_CUDA
-    st = smxx::load_device_layers(*ckpt, layers, o, out, stats);
-#else
-    st = Status::Unsupported("load_layers: this build has no CUDA");
-#endif
-  }
-  MXMOE_RETURN_IF_ERROR(st);
+  if (o.max_device_bytes && o.device < 0)
+    return Status::InvalidArgument("load_layers: max_device_bytes is for GPU loads (device >= 0)");
+  if (o.max_device_bytes && *o.max_device_bytes < 0)
+    return Status::InvalidArgument(fmt::format("load_layers: max_device_bytes = {} is negative", *o.max_device_bytes));
+  std::vector<std::unique_ptr<MoeLayer>> done;  // handed out only whole: after an error nothing is left
+  if (o.device < 0) MXMOE_RETURN_IF_ERROR(load_host_layers(*ckpt, layers, o, 0, int64_t(layers.size()), &done));
+  else MXMOE_RETURN_IF_ERROR(load_split(*ckpt, layers, o, &done, stats));
+  *out = std::move(done);
   if (stats) {
     stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stats->bytes = int64_t(layers.size()) * original_bytes(ckpt->info().shape) +
                    int64_t(layers.size()) * 2 * ckpt->info().shape.experts * (ckpt->info().shape.hidden + 1);
+    if (o.device < 0) stats->host_layers = int64_t(layers.size());
   }
   return Status::Ok();
 }

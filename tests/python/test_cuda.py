@@ -22,7 +22,8 @@ def skip_unless_its_gpu(backend):
         pytest.skip(f"{backend} needs {NEEDS[backend][1]}; this device is SM{major}{minor}")
 
 
-@pytest.fixture(scope="module", params=["portable", "sm90", "sm100", "sm120", "auto"])
+# "cpu" on the GPU: a host-memory layer (experts in host memory, computed by the CPU).
+@pytest.fixture(scope="module", params=["portable", "sm90", "sm100", "sm120", "auto", "cpu"])
 def moe(request):
     skip_unless_its_gpu(request.param)
     _, t = layer_tensors()
@@ -65,6 +66,9 @@ def test_side_stream(moe):
 def test_eager_calls_without_a_workspace(moe):
     """Eager calls that pass no workspace share one kept per stream: on two streams, with T growing
     past the kept buffer and back, every call gives the bits of a call with its own workspace."""
+    if moe.host_experts:
+        pytest.skip("a host-memory layer's forwards on two streams need an order between them "
+                    "(test_host_memory_layer_on_two_streams_in_order)")
     g = torch.Generator().manual_seed(SEED + 11)
     xs = {T: torch.randn(T, H, generator=g).to(torch.bfloat16).cuda() for T in (1, 5, 900, 2)}
     want = {}
@@ -190,3 +194,83 @@ def test_load_layers_runs_out_of_device_memory(tmp_path):
     finally:
         del hog
         torch.cuda.empty_cache()
+
+
+def test_host_memory_layer_matches_the_cpu_layer():
+    """Backend "cpu" on a GPU: x and y on the GPU, the experts in host memory computed by the CPU's
+    kernels, so the bits are the CPU layer's, through the router or the caller's routing."""
+    _, t = layer_tensors()
+    host = make_moe(t, "cuda", backend="cpu")
+    cpu = make_moe(t, "cpu")
+    assert (host.backend, host.device, host.host_experts, host.device_bytes) == ("cpu", torch.device("cuda", 0),
+                                                                                  True, 0)
+    assert "host memory" in host.backend_reason
+    assert not cpu.host_experts
+    g = torch.Generator().manual_seed(SEED + 21)
+    for tokens in (1, 3, 129):
+        x = torch.randn(tokens, H, generator=g).to(torch.bfloat16)
+        ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(tokens)]).int()
+        w = torch.softmax(torch.randn(tokens, K, generator=g), -1)
+        y = host(x.cuda(), topk_ids=ids.cuda(), topk_weights=w.cuda())
+        assert y.device.type == "cuda" and float(y.float().norm()) > 0
+        assert torch.equal(y.cpu(), cpu(x, topk_ids=ids, topk_weights=w)), tokens
+        assert torch.equal(host(x.cuda()).cpu(), cpu(x)), tokens
+    bad = torch.tensor([[0, 1], [E, 2], [3, 4]], dtype=torch.int32)
+    x = torch.randn(3, H, generator=g).to(torch.bfloat16)
+    y = host(x.cuda(), topk_ids=bad.cuda(), topk_weights=torch.full((3, K), 0.5).cuda()).cpu()
+    assert torch.isnan(y[1]).all() and not torch.isnan(y[0]).any() and not torch.isnan(y[2]).any()
+    torch.library.opcheck(torch.ops.mxmoe.forward, (x.cuda(), None, None, host._layer,
+                                                    torch.empty(3, H, dtype=torch.bfloat16, device="cuda")))
+
+
+def test_host_memory_layer_on_two_streams_in_order():
+    """What its forwards on two streams need: each stream waits for the other's last forward."""
+    _, t = layer_tensors()
+    host = make_moe(t, "cuda", backend="cpu")
+    g = torch.Generator().manual_seed(SEED + 22)
+    xs = [torch.randn(9, H, generator=g).to(torch.bfloat16).cuda() for _ in range(2)]
+    want = [host(x) for x in xs]
+    side = torch.cuda.Stream()
+    got = []
+    for _ in range(3):
+        for i, stream in enumerate((torch.cuda.current_stream(), side)):
+            other = side if i == 0 else torch.cuda.current_stream()
+            stream.wait_stream(other)
+            with torch.cuda.stream(stream):
+                got.append((i, host(xs[i])))
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    for i, y in got:
+        assert torch.equal(y, want[i])
+
+
+def test_load_layers_splits_under_a_device_budget(tmp_path):
+    """The first layers that fit the budget on the GPU, the others in host memory with the CPU
+    layers' bits; a line says which went where."""
+    from tiny_gpt_oss import write_tiny_gpt_oss
+    write_tiny_gpt_oss(tmp_path / "ckpt", layers=3, hidden=128, intermediate=96, experts=8, topk=2)
+    per = mxmoe.info("cuda", experts=8, hidden=128, intermediate=96, topk=2)["device_layer_bytes"]
+    assert per > 0
+    on_cpu = mxmoe.load_layers(tmp_path / "ckpt", device="cpu", progress=False)
+    x = torch.randn(5, 128, generator=torch.Generator().manual_seed(SEED + 23)).to(torch.bfloat16)
+    for budget, placed in ((None, [False] * 3), (per * 3 // 2, [False, True, True]), (0, [True] * 3)):
+        seen = []
+        moes = mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=budget,
+                                 progress=lambda d, n: seen.append((d, n)))
+        assert seen == [(1, 3), (2, 3), (3, 3)]
+        assert [m.host_experts for m in moes] == placed, budget
+        assert [m.device_bytes for m in moes] == [0 if h else per for h in placed]
+        for m, c in zip(moes, on_cpu):
+            y, ref = m(x.cuda()).cpu(), c(x)
+            assert float(ref.float().norm()) > 0
+            if m.host_experts:
+                assert torch.equal(y, ref)
+            else:
+                assert rel_l2(y.float().numpy(), ref.float().numpy()) <= 1e-2
+    line = mxmoe.describe_placement(mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=per,
+                                                      progress=False))
+    assert line == f"MoE layers: 1 on the GPU ({per / 1e9:.2f} GB: layers 0), 2 in host memory (layers 1-2)"
+    with pytest.raises(ValueError, match="max_device_bytes"):
+        mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=-1)
+    with pytest.raises(ValueError, match="max_device_bytes is for GPU loads"):
+        mxmoe.load_layers(tmp_path / "ckpt", device="cpu", max_device_bytes=per)

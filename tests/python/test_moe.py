@@ -405,6 +405,28 @@ def test_workspace_bytes(layer, device):
         torch.ops.mxmoe.forward(x, None, None, moe._layer, out, torch.empty(16, dtype=torch.uint8, device=device))
 
 
+def test_describe_placement_names_the_layers_on_each_side():
+    from types import SimpleNamespace
+    moes = [SimpleNamespace(host_experts=h, device_bytes=0 if h else 2_500_000_000)
+            for h in [False] * 3 + [True] * 2 + [False] + [True]]
+    assert mxmoe.describe_placement(moes) == \
+        "MoE layers: 4 on the GPU (10.00 GB: layers 0-2, 5), 3 in host memory (layers 3-4, 6)"
+    assert mxmoe.describe_placement(moes[3:5], [10, 11]) == "MoE layers: 0 on the GPU (0.00 GB), 2 in host memory " \
+        "(layers 10-11)"
+    assert mxmoe.describe_placement(moes[:1], [7]) == "MoE layers: 1 on the GPU (2.50 GB: layers 7), 0 in host memory"
+
+
+def test_load_layers_refuses_a_bad_budget(tmp_path):
+    from tiny_gpt_oss import write_tiny_gpt_oss
+    write_tiny_gpt_oss(tmp_path / "ckpt", layers=1, hidden=64, intermediate=64, experts=4, topk=2)
+    with pytest.raises(ValueError, match="max_device_bytes must be a non-negative int"):
+        mxmoe.load_layers(tmp_path / "ckpt", device="cpu", max_device_bytes=-1)
+    with pytest.raises(ValueError, match="max_device_bytes is for GPU loads"):
+        mxmoe.load_layers(tmp_path / "ckpt", device="cpu", max_device_bytes=1 << 30)
+    with pytest.raises(ValueError, match="host_threads"):
+        mxmoe.load_layers(tmp_path / "ckpt", device="cpu", host_threads=-2)
+
+
 def test_load_layers(tmp_path, device):
     """Every layer at once gives the layers from_checkpoint gives one by one; progress is reported;
     bad layer lists and a NaN scale are errors that name the layer."""

@@ -74,3 +74,27 @@ def test_quantising_dequantised_weights_is_exact(checkpoint):
 def test_rejects_other_models():
     with pytest.raises(ValueError, match="no .layers"):
         replace_experts(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("source", ["checkpoint", "module"])
+def test_experts_split_between_the_gpu_and_host_memory(checkpoint, source):
+    """A budget of one layer: the first block's experts on the GPU, the others in host memory
+    (computed by the CPU), attention on the GPU throughout; the logits stay transformers'."""
+    if not torch.cuda.is_available():
+        pytest.skip("GPU test skipped: torch sees no CUDA device")
+    import mxmoe
+    ids = torch.randint(0, 120, (2, 11), generator=torch.Generator().manual_seed(10)).cuda()
+    with torch.no_grad():
+        ref = load(checkpoint, "cuda")(ids).logits
+    per = mxmoe.info("cuda", experts=8, hidden=64, intermediate=96, topk=2)["device_layer_bytes"]
+    model = load(checkpoint, "cuda")
+    n = replace_experts(model, checkpoint=checkpoint if source == "checkpoint" else None, max_device_bytes=per,
+                        progress=False)
+    assert n == LAYERS
+    moes = [layer.mlp.moe for layer in model.model.layers]
+    assert [m.host_experts for m in moes] == [False] + [True] * (LAYERS - 1)
+    assert all(m.device == torch.device("cuda", 0) for m in moes)
+    with torch.no_grad():
+        got = model(ids).logits
+    assert torch.linalg.norm(ref) > 0
+    assert rel_l2(got, ref) <= 1e-2

@@ -25,6 +25,8 @@ struct LoadCliOptions {
   std::string checkpoint, backend = "auto";
   std::vector<int64_t> layers;
   std::optional<int> device;  // unset: CUDA device 0 where there is one, else the CPU
+  std::optional<int64_t> max_device_bytes;
+  int host_threads = 0;
 };
 
 // VmHWM: the most resident memory the process has held.
@@ -77,6 +79,8 @@ int run(const LoadCliOptions& options) {
   LoadOptions lo;
   lo.backend = o.backend;
   lo.device = *o.device;
+  lo.max_device_bytes = o.max_device_bytes;
+  lo.host_threads = o.host_threads;
   lo.progress = [](int64_t done, int64_t total) { std::fprintf(stderr, "\rlayer %lld/%lld", (long long)done, (long long)total); };
   std::vector<std::unique_ptr<MoeLayer>> layers;
   LoadStats stats;
@@ -93,6 +97,10 @@ int run(const LoadCliOptions& options) {
                                 *o.device < 0 ? std::string("the CPU") : fmt::format("CUDA device {}", *o.device),
                                 stats.seconds, stats.bytes / 1e9, stats.bytes / 1e9 / stats.seconds)
                         .c_str());
+  if (o.max_device_bytes)
+    std::printf("%s", fmt::format("experts of {} layers on the GPU, {} in host memory (computed by the CPU)\n",
+                                  stats.device_layers, stats.host_layers)
+                          .c_str());
   std::printf("%s", fmt::format("peak host memory {:.2f} GB (pinned staging {:.2f} GB), peak device memory {:.2f} GB\n",
                                 peak_host_bytes() / 1e9, stats.staging_host_bytes / 1e9, device_bytes / 1e9)
                         .c_str());
@@ -109,6 +117,12 @@ Runner add_load(CLI::App& parent) {
   sub->add_option("--device", o->device, "CUDA device index, or -1 for the CPU (default: device 0 where there is a GPU)")
       ->check(integer_at_least(-1));
   sub->add_option("--backend", o->backend, "auto or a backend name");
+  sub->add_option("--max-device-bytes", o->max_device_bytes,
+                  "device memory the layers may take, e.g. 40GB; the layers beyond it keep their experts in host "
+                  "memory, computed by the CPU")
+      ->transform(CLI::AsSizeValue(true));
+  sub->add_option("--host-threads", o->host_threads, "threads of the host-memory layers' CPU work (0: OpenMP's)")
+      ->check(CLI::NonNegativeNumber);
   return [o] { return run(*o); };
 }
 

@@ -4,11 +4,13 @@
 a ``GptOssForCausalLM`` / ``GptOssModel`` for an mxmoe layer on the device
 the block's weights are on.
 """
+import sys
+
 import torch
 from torch import nn
 
 from .. import _library
-from ..moe import MoE, load_layers
+from ..moe import MoE, _progress_bar, describe_placement, load_layers
 
 
 class GptOssMoE(nn.Module):
@@ -53,7 +55,7 @@ def _is_gpt_oss_mlp(module):
     return type(module).__name__ == "GptOssMLP" and hasattr(module, "router") and hasattr(module, "experts")
 
 
-def replace_experts(model, checkpoint=None, backend="auto"):
+def replace_experts(model, checkpoint=None, backend="auto", max_device_bytes=None, host_threads=0, progress=None):
     """Replaces every GPT-OSS MoE block of ``model`` with an mxmoe layer; returns how many.
 
     With ``checkpoint`` (the model's folder or .safetensors file) the layers
@@ -65,6 +67,13 @@ def replace_experts(model, checkpoint=None, backend="auto"):
     transformers does when it loads a GPT-OSS checkpoint on a CPU or with
     ``Mxfp4Config(dequantize=True)``; other weights are rounded to MXFP4.
     Each layer is built on the device of its block's router weight.
+
+    ``max_device_bytes``: the GPU memory the MoE layers may take (per GPU).
+    The first blocks whose experts fit go on the GPU; the others keep their
+    experts in host memory and compute them on the CPU (``host_threads``
+    threads, 0: OpenMP's default) while attention, x and y stay on the GPU.
+    ``progress`` as in :func:`mxmoe.load_layers`; a line then says which
+    layers went where.
     """
     decoder = getattr(model, "model", model)
     layers = getattr(decoder, "layers", None)
@@ -81,9 +90,14 @@ def replace_experts(model, checkpoint=None, backend="auto"):
             router = layer.mlp.router
             topk = int(getattr(router, "top_k", getattr(config, "num_experts_per_tok", 4)))
             groups.setdefault((router.weight.device, topk), []).append(i)
+        budget = dict.fromkeys((device for device, _ in groups), max_device_bytes)
         for (device, topk), ids in groups.items():
-            loaded.update(zip(ids, load_layers(checkpoint, ids, backend=backend, device=device, topk=topk,
-                                               progress=False)))
+            moes = load_layers(checkpoint, ids, backend=backend, device=device, topk=topk, progress=progress,
+                               max_device_bytes=budget[device], host_threads=host_threads)
+            if budget[device] is not None:
+                budget[device] = max(0, budget[device] - sum(m.device_bytes for m in moes))
+            loaded.update(zip(ids, moes))
+    budget = {}  # bytes left per GPU, for the layers built from the module's tensors
     replaced = 0
     for i, layer in blocks:
         mlp = layer.mlp
@@ -94,11 +108,21 @@ def replace_experts(model, checkpoint=None, backend="auto"):
             moe = loaded[i]
         else:
             gu_blocks, gu_scales, down_blocks, down_scales = _expert_tensors(experts)
+            where = backend
+            if max_device_bytes is not None and device.type == "cuda":
+                e, h, i2 = gu_blocks.shape[0], gu_blocks.shape[2] * 32, gu_blocks.shape[1]
+                need = _library.dispatch_info((e, h, i2 // 2, topk), device.index, backend, 0)["device_layer_bytes"]
+                left = budget.setdefault(device, max_device_bytes)
+                where = backend if need <= left else "cpu"
+                budget[device] = left - need if need <= left else left
             moe = MoE.from_tensors(router.weight, router.bias, gu_blocks, gu_scales, experts.gate_up_proj_bias,
                                    down_blocks, down_scales, experts.down_proj_bias, topk=topk,
                                    swiglu_alpha=float(getattr(experts, "alpha", 1.702)),
                                    swiglu_limit=float(getattr(experts, "limit", 7.0)),  # what its forward clamps at
-                                   backend=backend, device=device)
+                                   backend=where, device=device)
         layer.mlp = GptOssMoE(moe)
         replaced += 1
+    if max_device_bytes is not None and checkpoint is None and _progress_bar(progress) is not None:
+        moes = [layer.mlp.moe for _, layer in blocks]
+        sys.stderr.write(f"mxmoe: {describe_placement(moes, [i for i, _ in blocks])}\n")
     return replaced

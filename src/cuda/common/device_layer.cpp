@@ -8,6 +8,7 @@
 
 #include "cuda/common/device_backend.h"
 #include "cuda/common/eager_graphs.h"
+#include "cuda/common/layer_device.h"
 #include "cuda/portable/portable_backend.h"
 #include "cuda/prepare/device_image.h"
 #include "cuda/prepare/staged_weights.h"
@@ -22,26 +23,7 @@
 namespace mxmoe {
 namespace {
 
-// Makes `device` current for the guard's scope (kernels launch on the
-// current device) and restores the caller's.
-class DeviceGuard {
- public:
-  Status enter(int device, const char* who) {
-    cudaError_t err = cudaGetDevice(&previous_);
-    if (err == cudaSuccess && previous_ != device) {
-      err = cudaSetDevice(device);
-      switched_ = err == cudaSuccess;
-    }
-    return smxx::cuda_status(err, who, "select the layer's device");
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
+using smxx::DeviceGuard;
 
 class DeviceLayer final : public MoeLayer {
  public:
@@ -106,25 +88,8 @@ class DeviceLayer final : public MoeLayer {
     return kind == BackendKind::kPortable || kind == BackendKind::kSm90;
   }
 
-  // `ptr` must be memory of the layer's device: device memory (cudaMalloc,
-  // a framework's caching allocator) or managed memory. Host memory, even
-  // pinned and mapped, is refused: the kernels would read it over PCIe.
   Status check_on_device(const char* name, const void* ptr) const {
-    cudaPointerAttributes attr{};
-    const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
-    if (err != cudaSuccess) {
-      cudaGetLastError();  // not sticky; leave no error behind for the caller
-      return Status::InvalidArgument(
-          fmt::format("{}: {} ({}) is not CUDA memory: {}", who(), name, ptr, cudaGetErrorString(err)));
-    }
-    if (attr.type == cudaMemoryTypeManaged) return Status::Ok();
-    if (attr.type != cudaMemoryTypeDevice)
-      return Status::InvalidArgument(fmt::format("{}: {} ({}) is host memory; the layer is on CUDA device {}", who(),
-                                                 name, ptr, device()));
-    if (attr.device != device())
-      return Status::InvalidArgument(fmt::format("{}: {} ({}) is on CUDA device {}; the layer is on CUDA device {}",
-                                                 who(), name, ptr, attr.device, device()));
-    return Status::Ok();
+    return smxx::check_on_device(who(), name, ptr, device());
   }
 
   size_t device_bytes_;
