@@ -76,7 +76,7 @@ def test_rejects_other_models():
         replace_experts(torch.nn.Linear(2, 2))
 
 
-@pytest.mark.parametrize("source", ["checkpoint", "module"])
+@pytest.mark.parametrize("source", ["checkpoint", "module", "load_gpt_oss"])
 def test_experts_split_between_the_gpu_and_host_memory(checkpoint, source):
     """A budget of one layer: the first block's experts on the GPU, the others in host memory
     (computed by the CPU), attention on the GPU throughout; the logits stay transformers'."""
@@ -87,10 +87,14 @@ def test_experts_split_between_the_gpu_and_host_memory(checkpoint, source):
     with torch.no_grad():
         ref = load(checkpoint, "cuda")(ids).logits
     per = mxmoe.info("cuda", experts=8, hidden=64, intermediate=96, topk=2)["device_layer_bytes"]
-    model = load(checkpoint, "cuda")
-    n = replace_experts(model, checkpoint=checkpoint if source == "checkpoint" else None, max_device_bytes=per,
-                        progress=False)
-    assert n == LAYERS
+    if source == "load_gpt_oss":
+        from mxmoe.integrations.transformers import load_gpt_oss
+        model = load_gpt_oss(checkpoint, device="cuda", dtype=torch.float32, max_device_bytes=per, progress=False)
+    else:
+        model = load(checkpoint, "cuda")
+        n = replace_experts(model, checkpoint=checkpoint if source == "checkpoint" else None, max_device_bytes=per,
+                            progress=False)
+        assert n == LAYERS
     moes = [layer.mlp.moe for layer in model.model.layers]
     assert [m.host_experts for m in moes] == [False] + [True] * (LAYERS - 1)
     assert all(m.device == torch.device("cuda", 0) for m in moes)
@@ -98,3 +102,32 @@ def test_experts_split_between_the_gpu_and_host_memory(checkpoint, source):
         got = model(ids).logits
     assert torch.linalg.norm(ref) > 0
     assert rel_l2(got, ref) <= 1e-2
+
+
+def test_load_gpt_oss_builds_the_model_replace_experts_gives(checkpoint, device):
+    """Built on the meta device with mxmoe's blocks, then the other tensors read: the logits are
+    the bits of transformers' model with replace_experts, and generation runs."""
+    from mxmoe.integrations.transformers import load_gpt_oss
+    ids = torch.randint(0, 120, (2, 11), generator=torch.Generator().manual_seed(11)).to(device)
+    model = load_gpt_oss(checkpoint, device=device, dtype=torch.float32, progress=False)
+    assert all(isinstance(layer.mlp, GptOssMoE) for layer in model.model.layers)
+    ref = load(checkpoint, device)
+    replace_experts(ref, checkpoint=checkpoint)
+    with torch.no_grad():
+        got, want = model(ids).logits, ref(ids).logits
+    assert torch.linalg.norm(want) > 0
+    assert torch.equal(got, want)
+    assert model.generate(ids[:1, :4], max_new_tokens=3, do_sample=False).shape == (1, 7)
+
+
+def test_load_gpt_oss_names_a_missing_tensor(checkpoint, tmp_path):
+    import shutil
+    from safetensors.torch import load_file, save_file
+    from mxmoe.integrations.transformers import load_gpt_oss
+    for f in checkpoint.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    sd = load_file(tmp_path / "model.safetensors")
+    del sd["model.layers.1.self_attn.q_proj.bias"]
+    save_file(sd, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"lacks 1 of the model's tensors, e.g. \['model.layers.1.self_attn.q_proj.bias'\]"):
+        load_gpt_oss(tmp_path, device="cpu", progress=False)

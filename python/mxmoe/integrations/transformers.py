@@ -2,8 +2,12 @@
 
 ``replace_experts(model)`` swaps every ``GptOssMLP`` (router and experts) of
 a ``GptOssForCausalLM`` / ``GptOssModel`` for an mxmoe layer on the device
-the block's weights are on.
+the block's weights are on. ``load_gpt_oss(path)`` builds such a model from a
+checkpoint without transformers ever holding the experts, so a model whose
+experts do not fit the GPU keeps the rest of them in host memory.
 """
+import glob
+import os
 import sys
 
 import torch
@@ -126,3 +130,60 @@ def replace_experts(model, checkpoint=None, backend="auto", max_device_bytes=Non
         moes = [layer.mlp.moe for _, layer in blocks]
         sys.stderr.write(f"mxmoe: {describe_placement(moes, [i for i, _ in blocks])}\n")
     return replaced
+
+
+def load_gpt_oss(path, *, device=None, dtype=torch.bfloat16, max_device_bytes=None, backend="auto", host_threads=0,
+                 progress=None):
+    """A transformers ``GptOssForCausalLM`` from a GPT-OSS checkpoint folder, its MoE blocks mxmoe's.
+
+    The model is built on the meta device, its MLP blocks become mxmoe layers
+    (:func:`mxmoe.load_layers`: the MXFP4 bytes read once, prepared on ``device``), and only then
+    are the other tensors (attention, norms, embeddings, head; in ``dtype``) read into it on
+    ``device``: the experts never pass through transformers, so gpt-oss-120b needs no more
+    GPU memory than its attention and the MoE layers that ``max_device_bytes`` lets on. The
+    layers beyond it keep their experts in host memory and compute them on the CPU
+    (``host_threads``). ``device`` defaults to the current CUDA device, else the CPU.
+    """
+    from transformers import AutoConfig, GenerationConfig, GptOssForCausalLM
+    from safetensors import safe_open
+
+    from ..moe import _device_index
+    index = _device_index(device)
+    device = torch.device("cpu") if index < 0 else torch.device("cuda", index)
+    config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        model = GptOssForCausalLM(config).to(dtype)
+    layers = model.model.layers
+    moes = load_layers(path, list(range(len(layers))), backend=backend, device=device, progress=progress,
+                       max_device_bytes=max_device_bytes, host_threads=host_threads)
+    for layer, moe in zip(layers, moes):
+        layer.mlp = GptOssMoE(moe)
+    model.to_empty(device=device)
+    params = model.state_dict()
+    read = set()
+    files = [path] if os.path.isfile(path) else sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    with torch.no_grad():
+        for file in files:
+            with safe_open(file, framework="pt", device=str(device)) as f:
+                for name in f.keys():
+                    if name in params:
+                        params[name].copy_(f.get_tensor(name))
+                        read.add(name)
+    if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" not in read:
+        model.tie_weights()
+        read.add("lm_head.weight")
+    missing = sorted(set(params) - read)
+    if missing:
+        raise ValueError(f"mxmoe: {path} lacks {len(missing)} of the model's tensors, e.g. {missing[:3]}")
+    # Tables computed at construction (non-persistent buffers, e.g. the rotary frequencies),
+    # which the meta device left empty: built again on the device.
+    for name, module in list(model.named_modules()):
+        if any(True for _ in module.buffers(recurse=False)):
+            parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+            with torch.device(device):
+                setattr(parent, name.rpartition(".")[2], type(module)(config=config))
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(path)
+    except OSError:
+        pass  # no generation_config.json: transformers' defaults
+    return model.eval()
