@@ -32,6 +32,9 @@ import time
 
 import torch
 
+from mxmoe.integrations.transformers import rebuild_tables
+from transformers_gpt_oss import time_ms  # beside this file
+
 
 def random_layer(config, seed):
     """One MoE layer's tensors in the Hugging Face layout, on the GPU."""
@@ -59,11 +62,7 @@ def build_model(config):
                 p.fill_(1.0)
             else:
                 p.copy_(torch.randn(p.shape, generator=g, device="cuda") * 0.02)
-    for name, module in list(model.named_modules()):
-        if any(True for _ in module.buffers(recurse=False)):  # the rotary tables, computed at construction
-            parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
-            with torch.device("cuda"):
-                setattr(parent, name.rpartition(".")[2], type(module)(config=config))
+    rebuild_tables(model, config, "cuda")
     return model.eval()
 
 
@@ -81,20 +80,6 @@ class Block(torch.nn.Module):
 class PassThrough(torch.nn.Module):
     def forward(self, x):
         return x, None
-
-
-def cuda_ms(fn, iters=32, warm=4):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def decode_ms(model, prompt):
@@ -150,8 +135,8 @@ def main():
         layer.mlp = PassThrough()
     attention_ms, _ = decode_ms(model, prompt)
     x = torch.randn(1, config.hidden_size, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16).cuda()
-    gpu_ms = cuda_ms(lambda: gpu_moes[0](x)) if gpu_moes else float("nan")
-    host_ms = cuda_ms(lambda: host_moes[0](x)) if host_moes else float("nan")
+    gpu_ms = time_ms(lambda: gpu_moes[0](x), 4, 32)[0] if gpu_moes else float("nan")
+    host_ms = time_ms(lambda: host_moes[0](x), 4, 32)[0] if host_moes else float("nan")
     ids = torch.randperm(config.num_local_experts, generator=torch.Generator().manual_seed(5))[:k].view(1, k)
     w = torch.softmax(torch.randn(1, k, generator=torch.Generator().manual_seed(6)), -1)
     xs = torch.randn(64, config.hidden_size, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16).cuda()

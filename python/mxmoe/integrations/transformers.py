@@ -175,15 +175,20 @@ def load_gpt_oss(path, *, device=None, dtype=torch.bfloat16, max_device_bytes=No
     missing = sorted(set(params) - read)
     if missing:
         raise ValueError(f"mxmoe: {path} lacks {len(missing)} of the model's tensors, e.g. {missing[:3]}")
-    # Tables computed at construction (non-persistent buffers, e.g. the rotary frequencies),
-    # which the meta device left empty: built again on the device.
-    for name, module in list(model.named_modules()):
-        if any(True for _ in module.buffers(recurse=False)):
-            parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
-            with torch.device(device):
-                setattr(parent, name.rpartition(".")[2], type(module)(config=config))
+    rebuild_tables(model, config, device)
     try:
         model.generation_config = GenerationConfig.from_pretrained(path)
     except OSError:
         pass  # no generation_config.json: transformers' defaults
     return model.eval()
+
+
+def rebuild_tables(model, config, device):
+    """Builds again, on ``device``, the modules whose buffers are tables computed at construction
+    (non-persistent, e.g. the rotary frequencies): a model made on the meta device and then
+    ``to_empty`` holds garbage there."""
+    for name, module in list(model.named_modules()):
+        if any(True for _ in module.buffers(recurse=False)):
+            parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+            with torch.device(device):
+                setattr(parent, name.rpartition(".")[2], type(module)(config=config))
