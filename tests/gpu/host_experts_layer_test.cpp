@@ -24,6 +24,8 @@ TEST(HostExpertsLayer, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build
 #else
 #include <cuda_runtime.h>
 
+#include "mxmoe/allocator.h"
+#include "support/counting_allocator.h"
 #include "support/gpu_layers.h"
 #include "support/safetensors_writer.h"
 
@@ -382,6 +384,37 @@ TEST(HostExpertsLayer, LoadLayersSplitsUnderADeviceBudget) {
       }
     }
   }
+}
+
+// A split load that fails in a host-memory layer (a NaN scale in layer 2)
+// after the device layers were built: the error names the layer, and no
+// layer and no byte of device memory is left.
+TEST(HostExpertsLayer, ASplitLoadThatFailsHalfwayLeavesNothing) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const MoeShape s{8, 320, 224, 2};
+  testing::TempDir dir;
+  std::vector<MoeWeights> weights;
+  for (uint64_t i = 0; i < 3; ++i) weights.push_back(make_random_weights(s, 141 + i));
+  weights[2].w2_scales[5] = 0xFF;
+  testing::write_gpt_oss_tensors(dir.path, weights, testing::Naming::kHf, 1);
+  testing::write_file(dir.path / "config.json", testing::gpt_oss_config(s, 3, 7.0f, testing::Naming::kHf).dump());
+  DispatchResult pick;
+  ASSERT_TRUE(choose_backend(dispatch_input_for_device("auto", s, 0), &pick).ok());
+  LayerPlacement one;
+  ASSERT_TRUE(plan_placement(pick.backend, s, true, 1, std::nullopt, &one).ok());
+  auto counting = std::make_shared<testing::CountingAllocator>(cuda_malloc_allocator());
+  LoadOptions o;
+  o.device = 0;
+  o.allocator = counting;
+  o.max_device_bytes = one.bytes_per_device_layer;
+  std::vector<std::unique_ptr<MoeLayer>> loaded;
+  const Status st = load_layers(dir.path.string(), {}, o, &loaded);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("layer 2"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("0xFF"), std::string::npos) << st.message();
+  EXPECT_TRUE(loaded.empty());
+  EXPECT_GT(counting->allocations(), 0);  // the device layer was built before the failure
+  EXPECT_EQ(counting->live_bytes(), 0u);
 }
 
 }  // namespace
