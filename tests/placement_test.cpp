@@ -50,6 +50,24 @@ TEST(Placement, TheCpuBackendKeepsEveryLayerInHostMemory) {
   EXPECT_EQ(p.bytes_per_device_layer, 0);
 }
 
+TEST(Placement, HostLayersAreCountedAgainstTheHostsMemory) {
+  const LayerPlacement p = place(BackendKind::kSm90, 36, 24 * place(BackendKind::kSm90, 1, std::nullopt).bytes_per_device_layer);
+  ASSERT_EQ(p.host_layers, 12);
+  // The cpu backend's packed weights: MXFP4 as in the checkpoint, biases and router.
+  EXPECT_GE(p.bytes_per_host_layer, original_bytes(k120b));
+  EXPECT_LE(p.bytes_per_host_layer, original_bytes(k120b) * 21 / 20);
+  const int64_t need = 12 * p.bytes_per_host_layer;
+  EXPECT_TRUE(check_host_memory(p, need).ok());
+  EXPECT_TRUE(check_host_memory(p, -1).ok());  // unknown: never refused
+  const Status st = check_host_memory(p, need - 1);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(st.message().find("12 layers' experts in host memory need 20."), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("larger max_device_bytes"), std::string::npos) << st.message();
+  const LayerPlacement all_host = place(BackendKind::kCpu, 36, std::nullopt);
+  EXPECT_EQ(check_host_memory(all_host, int64_t(1) << 30).code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ(check_host_memory(all_host, int64_t(1) << 30).message().find("max_device_bytes"), std::string::npos);
+}
+
 TEST(Placement, RefusesWhatItCannotPlace) {
   LayerPlacement p;
   EXPECT_EQ(plan_placement(BackendKind::kPortable, k120b, true, 36, int64_t(-1), &p).code(),

@@ -62,12 +62,21 @@ struct LoadStats {
 };
 
 // How a GPU load splits its layers: the first `device_layers` on the GPU, at
-// `bytes_per_device_layer` each, and the rest in host memory.
+// `bytes_per_device_layer` each, and the rest in host memory, at
+// `bytes_per_host_layer` each (the cpu backend's packed weights).
 struct LayerPlacement {
   int64_t device_layers = 0;
   int64_t host_layers = 0;
   int64_t bytes_per_device_layer = 0;
+  int64_t bytes_per_host_layer = 0;
 };
+
+// OutOfMemory, saying how much is needed and what there is, when the
+// placement's host layers need more than `available_bytes` (the host's
+// MemAvailable; negative: unknown, never refused). A load checks this
+// before it reads a layer: with overcommit the kernel would hand out the
+// memory and kill the process once it is touched.
+Status check_host_memory(const LayerPlacement& placement, int64_t available_bytes);
 
 // The split of `layers` layers of `shape` under `max_device_bytes` (none:
 // all on the GPU) for the GPU backend `backend` (BackendKind::kCpu: all in

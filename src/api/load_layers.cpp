@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cpu/huge_pages.h"
 #include "mxmoe/checkpoint.h"
 #include "mxmoe/dispatch.h"
 #include "mxmoe/prepare.h"
@@ -65,6 +66,7 @@ Status load_split(const Checkpoint& ckpt, const std::vector<int64_t>& layers, co
   if (kind == BackendKind::kCpu || o.max_device_bytes)
     if (kind != BackendKind::kReference)
       MXMOE_RETURN_IF_ERROR(plan_placement(kind, ckpt.info().shape, true, n, o.max_device_bytes, &place));
+  MXMOE_RETURN_IF_ERROR(check_host_memory(place, cpu::host_memory_available()));
   const std::vector<int64_t> on_device(layers.begin(), layers.begin() + place.device_layers);
   const std::vector<int64_t> in_host(layers.begin() + place.device_layers, layers.end());
   std::vector<std::unique_ptr<MoeLayer>> done;
@@ -96,6 +98,8 @@ Status plan_placement(BackendKind backend, const MoeShape& shape, bool has_route
   if (backend == BackendKind::kReference)
     return Status::InvalidArgument("placement: the reference backend has no device layers");
   LayerPlacement p;
+  p.bytes_per_host_layer = make_plan(BackendKind::kCpu, shape).prepared_bytes() +
+                           (has_router ? 2 * shape.experts * (shape.hidden + 1) : 0);
   if (backend != BackendKind::kCpu) {
     for (int64_t piece : image_piece_bytes(make_plan(backend, shape), scale_image_of(backend), has_router))
       p.bytes_per_device_layer += piece;
@@ -104,6 +108,16 @@ Status plan_placement(BackendKind backend, const MoeShape& shape, bool has_route
   p.host_layers = layers - p.device_layers;
   *out = p;
   return Status::Ok();
+}
+
+Status check_host_memory(const LayerPlacement& p, int64_t available_bytes) {
+  const int64_t need = p.host_layers * p.bytes_per_host_layer;
+  if (available_bytes < 0 || need <= available_bytes) return Status::Ok();
+  return Status::OutOfMemory(fmt::format(
+      "load_layers: {} layers' experts in host memory need {:.2f} GB; the host has {:.2f} GB available "
+      "(MemAvailable){}",
+      p.host_layers, need / 1e9, available_bytes / 1e9,
+      p.device_layers > 0 || p.bytes_per_device_layer > 0 ? "; a larger max_device_bytes keeps more on the GPU" : ""));
 }
 
 Status load_layers(const std::string& path, const std::vector<int64_t>& asked, const LoadOptions& o,
@@ -128,7 +142,13 @@ Status load_layers(const std::string& path, const std::vector<int64_t>& asked, c
   if (o.max_device_bytes && *o.max_device_bytes < 0)
     return Status::InvalidArgument(fmt::format("load_layers: max_device_bytes = {} is negative", *o.max_device_bytes));
   std::vector<std::unique_ptr<MoeLayer>> done;  // handed out only whole: after an error nothing is left
-  if (o.device < 0) MXMOE_RETURN_IF_ERROR(load_host_layers(*ckpt, layers, o, 0, int64_t(layers.size()), &done));
+  if (o.device < 0) {
+    LayerPlacement all_host;
+    MXMOE_RETURN_IF_ERROR(
+        plan_placement(BackendKind::kCpu, ckpt->info().shape, true, int64_t(layers.size()), std::nullopt, &all_host));
+    MXMOE_RETURN_IF_ERROR(check_host_memory(all_host, cpu::host_memory_available()));
+    MXMOE_RETURN_IF_ERROR(load_host_layers(*ckpt, layers, o, 0, int64_t(layers.size()), &done));
+  }
   else MXMOE_RETURN_IF_ERROR(load_split(*ckpt, layers, o, &done, stats));
   *out = std::move(done);
   if (stats) {

@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <fstream>
+#include <string>
+
 #include <fmt/format.h>
 
 namespace mxmoe::cpu {
@@ -30,6 +33,13 @@ Status HostBuffer::allocate(size_t bytes, bool huge_pages, HostBuffer* out) {
   b.mapped_ = size;
   *out = std::move(b);
   return Status::Ok();
+}
+
+int64_t host_memory_available() {
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) return std::stoll(line.substr(13)) * 1024;  // in kB
+  return -1;
 }
 
 }  // namespace mxmoe::cpu

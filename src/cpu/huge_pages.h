@@ -42,4 +42,8 @@ class HostBuffer {
   size_t bytes_ = 0, mapped_ = 0;
 };
 
+// The host memory a process can still take without swapping (the kernel's
+// MemAvailable), in bytes; -1 where /proc/meminfo does not say.
+int64_t host_memory_available();
+
 }  // namespace mxmoe::cpu
