@@ -7,8 +7,11 @@
 // eager and replayed from CUDA graphs (one per routing set), and the ratio
 // host layer / (cpu + copies). Also the pinned copy rates of 64 MB.
 // Usage: host_experts_layer [--experts 128] [--tokens 1,4,16,64,256]
-//                           [--iterations 50] [--json FILE]
+//                           [--iterations 50] [--blocking-sync 1] [--json FILE]
 // The threads are OpenMP's (OMP_NUM_THREADS), for both layers.
+// --blocking-sync 1: the thread that waits for the stream sleeps instead of
+// spinning on a core (cudaDeviceScheduleBlockingSync), which the spin would
+// otherwise take from the CPU work.
 #include <omp.h>
 
 #include <algorithm>
@@ -101,17 +104,20 @@ int main(int argc, char** argv) {
   int iterations = 50;
   std::vector<int64_t> tokens = {1, 4, 16, 64, 256};
   std::string json_path;
+  bool blocking = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--experts")) experts = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--tokens")) tokens = parse_list(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--json")) json_path = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--blocking-sync")) blocking = std::atoi(argv[i + 1]) != 0;
   }
+  if (blocking) CHECK_CUDA(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
   const MoeShape s{experts, 2880, 2880, 4};
   const int threads = omp_get_max_threads();
   const int64_t H = s.hidden, k = s.topk, max_t = *std::max_element(tokens.begin(), tokens.end());
-  fmt::print("E={} H={} I={} top-{}; {} threads of {}; {}\n", s.experts, s.hidden, s.intermediate, s.topk, threads,
-             cpu_model_name(), describe_cpu());
+  fmt::print("E={} H={} I={} top-{}; {} threads of {}; {}; {} sync\n", s.experts, s.hidden, s.intermediate, s.topk,
+             threads, cpu_model_name(), describe_cpu(), blocking ? "blocking" : "spinning");
   const MoeWeights w = make_random_weights(s, 7);
   std::unique_ptr<MoeLayer> cpu, host;
   check(MoeLayer::create(w.view(), {.backend = "cpu", .device = -1}, &cpu));
@@ -126,6 +132,7 @@ int main(int argc, char** argv) {
              h2d);
   nlohmann::json report = {{"shape", {s.experts, s.hidden, s.intermediate, s.topk}},
                            {"threads", threads},
+                           {"blocking_sync", blocking},
                            {"cpu", cpu_model_name()},
                            {"gpu", prop.name},
                            {"d2h_gbs", d2h},

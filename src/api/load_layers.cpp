@@ -2,6 +2,7 @@
 // GPU and host memory under a budget (include/mxmoe/load.h).
 #include "mxmoe/load.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -101,8 +102,9 @@ Status plan_placement(BackendKind backend, const MoeShape& shape, bool has_route
   p.bytes_per_host_layer = make_plan(BackendKind::kCpu, shape).prepared_bytes() +
                            (has_router ? 2 * shape.experts * (shape.hidden + 1) : 0);
   if (backend != BackendKind::kCpu) {
+    // One allocation a piece, of at least 256 bytes (smxx::DeviceBuffer).
     for (int64_t piece : image_piece_bytes(make_plan(backend, shape), scale_image_of(backend), has_router))
-      p.bytes_per_device_layer += piece;
+      if (piece > 0) p.bytes_per_device_layer += std::max<int64_t>(piece, 256);
     p.device_layers = max_device_bytes ? std::min(layers, *max_device_bytes / p.bytes_per_device_layer) : layers;
   }
   p.host_layers = layers - p.device_layers;

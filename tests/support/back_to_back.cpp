@@ -62,6 +62,9 @@ void expect_outputs(ForwardInputs& in, const char* how) {
     EXPECT_GT(l2_norm(y), 0.0) << "forward " << f;
     ASSERT_EQ(cudaMemset(in.yd[f].get(), 0xFF, in.nx * 4), cudaSuccess);
   }
+  // The memsets are on the legacy stream, which the forwards' non-blocking
+  // streams do not wait for: a late one would overwrite the next output.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 }  // namespace
@@ -87,6 +90,7 @@ void expect_back_to_back_forwards(const smxx::DeviceForward& fwd, const MoeWeigh
   };
   ASSERT_EQ(cudaMemset(ws.get(), 0xFF, wsb), cudaSuccess);
   for (int f = 0; f < 2; ++f) ASSERT_EQ(cudaMemset(in.yd[f].get(), 0xFF, in.nx * 4), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream's memsets, before the forwards' stream
   ASSERT_TRUE(enqueue_both().ok());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   expect_outputs(in, "on the stream");
@@ -123,6 +127,7 @@ void expect_concurrent_forwards(const smxx::DeviceForward& fwd, const MoeWeights
     ASSERT_EQ(cudaMemset(in.yd[f].get(), 0xFF, in.nx * 4), cudaSuccess);
     ASSERT_EQ(cudaStreamCreateWithFlags(&streams[f], cudaStreamNonBlocking), cudaSuccess);
   }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream's memsets, before the forwards' streams
   for (int i = 0; i < rounds; ++i)
     for (int f = 0; f < 2; ++f) {
       const Status st = fwd.forward(in.a[f], ws[f].get(), wsb, streams[f]);
