@@ -13,6 +13,7 @@
 // spinning on a core (cudaDeviceScheduleBlockingSync), which the spin would
 // otherwise take from the CPU work.
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -130,9 +131,24 @@ int main(int argc, char** argv) {
   const double d2h = copy_rate(cudaMemcpyDeviceToHost, stream), h2d = copy_rate(cudaMemcpyHostToDevice, stream);
   fmt::print("{}: pinned copies of 64 MB: device to host {:.1f} GB/s, host to device {:.1f} GB/s\n", prop.name, d2h,
              h2d);
+  // The cores CUDA's host-function thread may run on: the OpenMP team it
+  // starts inherits them.
+  int callback_cpus = 0;
+  CHECK_CUDA(cudaLaunchHostFunc(
+      stream,
+      [](void* out) {
+        cpu_set_t set;
+        *static_cast<int*>(out) = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1;
+      },
+      &callback_cpus));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cpu_set_t mine;
+  fmt::print("cores allowed: this thread {}, CUDA's host-function thread {}\n",
+             sched_getaffinity(0, sizeof mine, &mine) == 0 ? CPU_COUNT(&mine) : -1, callback_cpus);
   nlohmann::json report = {{"shape", {s.experts, s.hidden, s.intermediate, s.topk}},
                            {"threads", threads},
                            {"blocking_sync", blocking},
+                           {"callback_cpus", callback_cpus},
                            {"cpu", cpu_model_name()},
                            {"gpu", prop.name},
                            {"d2h_gbs", d2h},
