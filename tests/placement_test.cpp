@@ -82,8 +82,7 @@ TEST(Placement, RefusesWhatItCannotPlace) {
 TEST(Placement, LoadLayersRefusesABudgetItCannotUse) {
   const MoeShape s{8, 160, 96, 2};
   testing::TempDir dir;
-  testing::write_gpt_oss_tensors(dir.path, {make_random_weights(s, 5)}, testing::Naming::kHf, 1);
-  testing::write_file(dir.path / "config.json", testing::gpt_oss_config(s, 1, 7.0f, testing::Naming::kHf).dump());
+  testing::write_hf_checkpoint(dir.path, {make_random_weights(s, 5)});
   std::vector<std::unique_ptr<MoeLayer>> out;
   LoadOptions o;
   o.max_device_bytes = int64_t(1) << 30;  // on the CPU

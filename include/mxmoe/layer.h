@@ -27,11 +27,13 @@
 // Host-memory layers (backend "cpu" on a CUDA device; dispatch never picks
 // one itself): the experts live in host memory, packed for the cpu backend,
 // and the CPU computes them; x, the routing and y are memory of the layer's
-// device, as for a device layer (it needs no workspace: 0 bytes). The forward enqueues on `stream`
-// the copies of x and the routing into the layer's pinned staging, a host
-// function that runs the cpu backend on host_threads threads, and the copy of
-// y back, a piece of host_chunk_tokens tokens at a time: no host
-// synchronisation, and a CUDA graph can record it (memcpy and host nodes).
+// device, as for a device layer (it needs no workspace: 0 bytes). The
+// forward enqueues on `stream` the copies of x and the routing into the
+// layer's pinned staging, a host function that runs the cpu backend on
+// host_threads threads, and the copy of y back, a piece of host_chunk_tokens
+// tokens at a time: no host synchronisation, and a CUDA graph can record it
+// (memcpy and host nodes). A thread that spins waiting for the stream takes
+// a core from that work (docs/PERF.md, "Experts in host memory").
 // Those forwards share the layer's one staging: forwards on different streams
 // (or graphs holding them) must be ordered by the caller, e.g. by events. An
 // out-of-range id makes its token's row NaN, as on a GPU backend.
@@ -136,7 +138,8 @@ class MoeLayer {
   virtual size_t forward_workspace_bytes(int64_t tokens) const = 0;
 
   // y = MoE(x). `workspace` holds at least forward_workspace_bytes(tokens)
-  // bytes, 256-byte aligned (it may be null where that is 0); its contents need not be kept between calls.
+  // bytes, 256-byte aligned (it may be null where that is 0); its contents
+  // need not be kept between calls.
   // Errors (nothing is enqueued then) name the argument: null, misaligned or
   // wrongly placed pointers (host memory for a device layer, another
   // device's memory), a row stride below H, a workspace too small for T,

@@ -124,8 +124,7 @@ TEST(DeviceAllocator, LoadLayersTakesEveryByteFromIt) {
   testing::TempDir dir;
   std::vector<MoeWeights> layers;
   for (uint64_t i = 0; i < 3; ++i) layers.push_back(make_random_weights(shape, 95 + i));
-  testing::write_gpt_oss_tensors(dir.path, layers, testing::Naming::kHf, 1);
-  testing::write_file(dir.path / "config.json", testing::gpt_oss_config(shape, 3, 7.0f, testing::Naming::kHf).dump());
+  testing::write_hf_checkpoint(dir.path, layers);
   auto counting = counting_cuda_malloc();
   Stream stream;
   LoadOptions o;

@@ -115,6 +115,7 @@ struct DeviceCall {
   }
 };
 
+// Backend cpu on `device`: a CPU layer for -1, a host-memory layer for a GPU.
 std::unique_ptr<MoeLayer> make_layer(const MoeWeights& w, int device, int64_t chunk = 256) {
   std::unique_ptr<MoeLayer> layer;
   const Status st =
@@ -135,8 +136,8 @@ TEST(HostExpertsLayer, MatchesTheCpuLayerBitwiseAndTheReference) {
                                    {33, 0, false, OutputDtype::kFp32}, {129, 0, true, OutputDtype::kBf16}};
   for (const MoeShape& s : {MoeShape{8, 160, 96, 2}, MoeShape{32, 2880, 384, 4}}) {
     const MoeWeights w = make_random_weights(s, 51);
-    std::unique_ptr<MoeLayer> cpu;
-    ASSERT_TRUE(MoeLayer::create(w.view(), {.backend = "cpu", .device = -1}, &cpu).ok());
+    const std::unique_ptr<MoeLayer> cpu = make_layer(w, -1);
+    ASSERT_NE(cpu, nullptr);
     for (const int64_t chunk : {int64_t(256), int64_t(16)}) {
       const std::unique_ptr<MoeLayer> layer = make_layer(w, 0, chunk);
       ASSERT_NE(layer, nullptr);
@@ -217,10 +218,8 @@ TEST(HostExpertsLayer, OutOfRangeIdsPoisonOnlyTheirTokens) {
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeShape s{16, 320, 160, 4};
   const MoeWeights w = make_random_weights(s, 71);
-  std::unique_ptr<MoeLayer> cpu;
-  ASSERT_TRUE(MoeLayer::create(w.view(), {.backend = "cpu", .device = -1}, &cpu).ok());
-  const std::unique_ptr<MoeLayer> layer = make_layer(w, 0, 2);
-  ASSERT_NE(layer, nullptr);
+  const std::unique_ptr<MoeLayer> cpu = make_layer(w, -1), layer = make_layer(w, 0, 2);
+  ASSERT_TRUE(cpu && layer);
   Stream stream;
   const int64_t T = 7, H = s.hidden;
   const std::vector<uint16_t> x = random_bf16(size_t(T * H), 72);
@@ -257,10 +256,8 @@ TEST(HostExpertsLayer, GraphsReplayOnNewInputs) {
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeShape s{8, 320, 224, 2};
   const MoeWeights w = make_random_weights(s, 81);
-  std::unique_ptr<MoeLayer> cpu;
-  ASSERT_TRUE(MoeLayer::create(w.view(), {.backend = "cpu", .device = -1}, &cpu).ok());
-  const std::unique_ptr<MoeLayer> layer = make_layer(w, 0, 2);
-  ASSERT_NE(layer, nullptr);
+  const std::unique_ptr<MoeLayer> cpu = make_layer(w, -1), layer = make_layer(w, 0, 2);
+  ASSERT_TRUE(cpu && layer);
   Stream stream;
   const int64_t T = 5;
   DeviceCall call(T, s, 16, OutputDtype::kBf16);
@@ -295,10 +292,8 @@ TEST(HostExpertsLayer, TwoStreamsInAnEventOrder) {
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeShape s{8, 160, 96, 2};
   const MoeWeights w = make_random_weights(s, 101);
-  std::unique_ptr<MoeLayer> cpu;
-  ASSERT_TRUE(MoeLayer::create(w.view(), {.backend = "cpu", .device = -1}, &cpu).ok());
-  const std::unique_ptr<MoeLayer> layer = make_layer(w, 0, 4);
-  ASSERT_NE(layer, nullptr);
+  const std::unique_ptr<MoeLayer> cpu = make_layer(w, -1), layer = make_layer(w, 0, 4);
+  ASSERT_TRUE(cpu && layer);
   Stream a, b;
   cudaEvent_t done = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
@@ -330,8 +325,7 @@ TEST(HostExpertsLayer, LoadLayersSplitsUnderADeviceBudget) {
   testing::TempDir dir;
   std::vector<MoeWeights> weights;
   for (uint64_t i = 0; i < 3; ++i) weights.push_back(make_random_weights(s, 111 + i));
-  testing::write_gpt_oss_tensors(dir.path, weights, testing::Naming::kHf, 1);
-  testing::write_file(dir.path / "config.json", testing::gpt_oss_config(s, 3, 7.0f, testing::Naming::kHf).dump());
+  testing::write_hf_checkpoint(dir.path, weights);
   std::vector<std::unique_ptr<MoeLayer>> on_cpu;
   ASSERT_TRUE(load_layers(dir.path.string(), {}, {.device = -1}, &on_cpu).ok());
 
@@ -396,8 +390,7 @@ TEST(HostExpertsLayer, ASplitLoadThatFailsHalfwayLeavesNothing) {
   std::vector<MoeWeights> weights;
   for (uint64_t i = 0; i < 3; ++i) weights.push_back(make_random_weights(s, 141 + i));
   weights[2].w2_scales[5] = 0xFF;
-  testing::write_gpt_oss_tensors(dir.path, weights, testing::Naming::kHf, 1);
-  testing::write_file(dir.path / "config.json", testing::gpt_oss_config(s, 3, 7.0f, testing::Naming::kHf).dump());
+  testing::write_hf_checkpoint(dir.path, weights);
   DispatchResult pick;
   ASSERT_TRUE(choose_backend(dispatch_input_for_device("auto", s, 0), &pick).ok());
   LayerPlacement one;

@@ -138,4 +138,11 @@ inline std::vector<std::filesystem::path> write_gpt_oss_tensors(
   return paths;
 }
 
+// A one-file checkpoint folder in the Hugging Face naming: `layers`' tensors
+// and a config.json that describes them (swiglu_limit 7).
+inline void write_hf_checkpoint(const std::filesystem::path& dir, const std::vector<MoeWeights>& layers) {
+  write_gpt_oss_tensors(dir, layers, Naming::kHf, 1);
+  write_file(dir / "config.json", gpt_oss_config(layers.at(0).shape, int64_t(layers.size()), 7.0f, Naming::kHf).dump());
+}
+
 }  // namespace mxmoe::testing
