@@ -57,35 +57,34 @@ Status device_backend(const MoeShape& shape, const LoadOptions& o, BackendKind* 
   return Status::Ok();
 }
 
+// A load onto CUDA device o.device: the first layers that fit the budget
+// there, the rest host-memory layers, appended to `out` (empty at the call).
 Status load_split(const Checkpoint& ckpt, const std::vector<int64_t>& layers, const LoadOptions& o,
                   std::vector<std::unique_ptr<MoeLayer>>* out, LoadStats* stats) {
   const int64_t n = int64_t(layers.size());
   BackendKind kind = BackendKind::kCpu;
   MXMOE_RETURN_IF_ERROR(device_backend(ckpt.info().shape, o, &kind));
-  LayerPlacement place{n, 0, 0};
-  // Without a GPU backend the device loader's MoeLayer::create says why.
-  if (kind == BackendKind::kCpu || o.max_device_bytes)
-    if (kind != BackendKind::kReference)
-      MXMOE_RETURN_IF_ERROR(plan_placement(kind, ckpt.info().shape, true, n, o.max_device_bytes, &place));
+  LayerPlacement place{n, 0, 0, 0};
+  // Without a GPU backend (reference) the device loader's MoeLayer::create says why.
+  if ((kind == BackendKind::kCpu || o.max_device_bytes) && kind != BackendKind::kReference)
+    MXMOE_RETURN_IF_ERROR(plan_placement(kind, ckpt.info().shape, true, n, o.max_device_bytes, &place));
   MXMOE_RETURN_IF_ERROR(check_host_memory(place, cpu::host_memory_available()));
   const std::vector<int64_t> on_device(layers.begin(), layers.begin() + place.device_layers);
   const std::vector<int64_t> in_host(layers.begin() + place.device_layers, layers.end());
-  std::vector<std::unique_ptr<MoeLayer>> done;
   if (!on_device.empty()) {
 #ifdef MXMOE_WITH_CUDA
     LoadOptions od = o;
     if (o.progress) od.progress = [&](int64_t d, int64_t) { o.progress(d, n); };
-    MXMOE_RETURN_IF_ERROR(smxx::load_device_layers(ckpt, on_device, od, &done, stats));
+    MXMOE_RETURN_IF_ERROR(smxx::load_device_layers(ckpt, on_device, od, out, stats));
 #else
     return Status::Unsupported("load_layers: this build has no CUDA");
 #endif
   }
-  MXMOE_RETURN_IF_ERROR(load_host_layers(ckpt, in_host, o, place.device_layers, n, &done));
+  MXMOE_RETURN_IF_ERROR(load_host_layers(ckpt, in_host, o, place.device_layers, n, out));
   if (stats) {
     stats->device_layers = place.device_layers;
     stats->host_layers = place.host_layers;
   }
-  *out = std::move(done);
   return Status::Ok();
 }
 
@@ -141,7 +140,7 @@ Status load_layers(const std::string& path, const std::vector<int64_t>& asked, c
     return Status::InvalidArgument(fmt::format("load_layers: device {} is neither a CUDA device index nor -1", o.device));
   if (o.max_device_bytes && o.device < 0)
     return Status::InvalidArgument("load_layers: max_device_bytes is for GPU loads (device >= 0)");
-  if (o.max_device_bytes && *o.max_device_bytes < 0)
+  if (o.max_device_bytes && *o.max_device_bytes < 0)  // before the dispatch, which may find no GPU
     return Status::InvalidArgument(fmt::format("load_layers: max_device_bytes = {} is negative", *o.max_device_bytes));
   std::vector<std::unique_ptr<MoeLayer>> done;  // handed out only whole: after an error nothing is left
   if (o.device < 0) {
@@ -150,8 +149,9 @@ Status load_layers(const std::string& path, const std::vector<int64_t>& asked, c
         plan_placement(BackendKind::kCpu, ckpt->info().shape, true, int64_t(layers.size()), std::nullopt, &all_host));
     MXMOE_RETURN_IF_ERROR(check_host_memory(all_host, cpu::host_memory_available()));
     MXMOE_RETURN_IF_ERROR(load_host_layers(*ckpt, layers, o, 0, int64_t(layers.size()), &done));
+  } else {
+    MXMOE_RETURN_IF_ERROR(load_split(*ckpt, layers, o, &done, stats));
   }
-  else MXMOE_RETURN_IF_ERROR(load_split(*ckpt, layers, o, &done, stats));
   *out = std::move(done);
   if (stats) {
     stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
