@@ -10,9 +10,9 @@
 // every graph that recorded one.
 #include "api/host_experts_layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
