@@ -8,6 +8,7 @@
 
 #include "mxmoe/format.h"
 #include "mxmoe/prepare.h"
+#include "prepare/layout_index.h"
 #include "prepare/pair_bits.h"
 
 namespace mxmoe {
@@ -204,6 +205,35 @@ TEST(Swizzle, CpuRowGroups16PairsEachCodeWithTheOneSixteenFurther) {
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kCpuRowGroups16, small.data(), 8, 64, out.data()).ok());    // rows
   EXPECT_FALSE(swizzle_codes(WeightSwizzle::kCpuRowGroups16, small.data(), 16, 48, out.data()).ok());   // cols
   EXPECT_FALSE(swizzle_scales(WeightSwizzle::kCpuRowGroups16, small.data(), 24, 64, out.data()).ok());  // rows
+}
+
+// The read-back the device executor uses to re-lay a cpu pack for a GPU
+// (layout_index.h): every dense word and scale byte comes back from the cpu
+// order, at the widths of gpt-oss and its shards.
+TEST(Swizzle, CpuRowGroups16ReadsBackEveryDenseWordAndScale) {
+  std::mt19937 rng(31);
+  for (int64_t cols : {32, 64, 160, 736, 2880}) {
+    SCOPED_TRACE(::testing::Message() << "cols " << cols);
+    const int64_t rows = 32, row_bytes = cols / 2, blocks = cols / 32;
+    std::vector<uint8_t> dense(size_t(rows * row_bytes)), out(dense.size());
+    std::vector<uint8_t> scales(size_t(rows * blocks)), sout(scales.size());
+    for (auto& b : dense) b = uint8_t(rng());
+    for (auto& b : scales) b = uint8_t(rng());
+    ASSERT_TRUE(swizzle_codes(WeightSwizzle::kCpuRowGroups16, dense.data(), rows, cols, out.data()).ok());
+    ASSERT_TRUE(swizzle_scales(WeightSwizzle::kCpuRowGroups16, scales.data(), rows, cols, sout.data()).ok());
+    for (int64_t row = 0; row < rows; ++row) {
+      const uint8_t* group = out.data() + row / 16 * 16 * row_bytes;
+      for (int64_t x = 0; x < row_bytes; x += 4) {
+        uint32_t want;
+        std::memcpy(&want, dense.data() + row * row_bytes + x, 4);
+        ASSERT_EQ(layout::cpu16_dense_word(group, int(row % 16), x), want) << "row " << row << " byte " << x;
+      }
+      for (int64_t b = 0; b < blocks; ++b)
+        ASSERT_EQ(sout[size_t(row / 16 * 16 * blocks + layout::cpu16_scale_byte(int(row % 16), b))],
+                  scales[size_t(row * blocks + b)])
+            << "row " << row << " block " << b;
+    }
+  }
 }
 
 TEST(Swizzle, NoneCopiesAndBadShapesAreRefused) {

@@ -34,6 +34,10 @@
 // tokens at a time: no host synchronisation, and a CUDA graph can record it
 // (memcpy and host nodes). A thread that spins waiting for the stream takes
 // a core from that work (docs/PERF.md, "Experts in host memory").
+// From host_stream_tokens tokens on, a forward copies every expert over PCIe
+// into its workspace instead (device memory, forward_workspace_bytes),
+// re-lays them there for the GPU kernels and runs those: the same bits as a
+// device layer of that backend on the same routing.
 // Those forwards share the layer's one staging: forwards on different streams
 // (or graphs holding them) must be ordered by the caller, e.g. by events. An
 // out-of-range id makes its token's row NaN, as on a GPU backend.
@@ -84,6 +88,14 @@ struct LayerOptions {
   // reading the experts it touches again.
   int host_threads = 0;
   int64_t host_chunk_tokens = 256;
+  // Host-memory layers: the tokens from which a forward streams the experts
+  // over PCIe to the GPU and runs them there (the portable or sm90 kernels,
+  // whichever dispatch picks for the device) instead of computing them on the
+  // CPU. 0: where that is faster, stream_from_tokens() of the layer's shape
+  // and host_threads (src/api/host_stream_heuristics.h); -1: never. Such a
+  // forward needs a workspace of about the layer's GPU image (1.7 GB at
+  // gpt-oss-120b's shape) and pins the experts' host memory at create.
+  int64_t host_stream_tokens = 0;
 };
 
 struct LayerForwardArgs {

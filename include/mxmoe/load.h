@@ -48,9 +48,11 @@ struct LoadOptions {
   // every layer goes on the GPU; 0: every layer's experts stay in host
   // memory). The load's own staging, freed at its end, is not counted.
   std::optional<int64_t> max_device_bytes;
-  // Host-memory layers: LayerOptions' host_threads and host_chunk_tokens.
+  // Host-memory layers: LayerOptions' host_threads, host_chunk_tokens and
+  // host_stream_tokens.
   int host_threads = 0;
   int64_t host_chunk_tokens = 256;
+  int64_t host_stream_tokens = 0;
 };
 
 struct LoadStats {

@@ -43,11 +43,13 @@ int64_t fail(const Status& st, char* error, size_t error_size) {
 }
 
 // activations: 0 bf16, 1 mxfp8; scale_rule: 0 ceil (kTriton), 1 OCP.
+// host_stream_tokens: LayerOptions' (0: where faster, -1: never).
 int64_t create(const MoeWeightsView& v, const char* backend, int device, int activations, int scale_rule,
-               char* error, size_t error_size) {
+               int64_t host_stream_tokens, char* error, size_t error_size) {
   LayerOptions o;
   o.backend = backend ? backend : "auto";
   o.device = device;
+  o.host_stream_tokens = host_stream_tokens;
   o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
   o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;
   use_torch_memory(device, &o);
@@ -76,7 +78,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer(
     const uint16_t* router_weight, const uint16_t* router_bias, const uint8_t* w13_codes, const uint8_t* w13_scales,
     const uint16_t* b13, const uint8_t* w2_codes, const uint8_t* w2_scales, const uint16_t* b2, int64_t experts,
     int64_t hidden, int64_t intermediate, int64_t topk, double swiglu_alpha, double swiglu_limit, const char* backend,
-    int device, int activations, int scale_rule, char* error, size_t error_size) {
+    int device, int activations, int scale_rule, int64_t host_stream_tokens, char* error, size_t error_size) {
   MoeWeightsView v;
   v.shape = {experts, hidden, intermediate, topk};
   v.swiglu = {float(swiglu_alpha), float(swiglu_limit)};
@@ -88,7 +90,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer(
   v.w2 = MxMatrixView::dense(w2_codes, w2_scales, experts, hidden, intermediate);
   v.b2 = b2;
   v.b2_expert_stride = hidden;
-  return create(v, backend, device, activations, scale_rule, error, error_size);
+  return create(v, backend, device, activations, scale_rule, host_stream_tokens, error, error_size);
 }
 
 // Layer `layer` of a GPT-OSS checkpoint (folder or .safetensors file); topk <= 0
@@ -102,7 +104,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer_from_checkpoin
   MoeWeightsView v;
   st = ckpt->layer(layer, &v);
   if (!st.ok()) return fail(st, error, error_size);
-  return create(v, backend, device, activations, scale_rule, error, error_size);  // the layer copies
+  return create(v, backend, device, activations, scale_rule, 0, error, error_size);  // the layer copies
 }
 
 // Layers `layers` (n_layers of them; 0: every layer) of a checkpoint onto
@@ -112,13 +114,15 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer_from_checkpoin
 // experts in host memory, computed on host_threads threads (0: OpenMP's).
 __attribute__((visibility("default"))) int64_t mxmoe_load_layers(
     const char* path, const int64_t* layers, int64_t n_layers, int64_t topk, const char* backend, int device,
-    int activations, int scale_rule, int64_t max_device_bytes, int host_threads, void (*progress)(int64_t, int64_t),
+    int activations, int scale_rule, int64_t max_device_bytes, int host_threads, int64_t host_stream_tokens,
+    void (*progress)(int64_t, int64_t),
     int64_t* handles, int64_t max_handles, char* error, size_t error_size) {
   LoadOptions o;
   o.backend = backend ? backend : "auto";
   o.device = device;
   if (max_device_bytes >= 0) o.max_device_bytes = max_device_bytes;
   o.host_threads = host_threads;
+  o.host_stream_tokens = host_stream_tokens;
   if (topk > 0) o.topk = topk;
   o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
   o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;

@@ -18,12 +18,12 @@ _lib = ctypes.CDLL(_PATH)  # the same loaded object: its C functions
 _i64, _int, _dbl, _ptr, _str = ctypes.c_int64, ctypes.c_int, ctypes.c_double, ctypes.c_void_p, ctypes.c_char_p
 _ERROR = (ctypes.c_char_p, ctypes.c_size_t)
 _lib.mxmoe_create_layer.restype = _i64
-_lib.mxmoe_create_layer.argtypes = [_ptr] * 8 + [_i64] * 4 + [_dbl, _dbl, _str, _int, _int, _int, *_ERROR]
+_lib.mxmoe_create_layer.argtypes = [_ptr] * 8 + [_i64] * 4 + [_dbl, _dbl, _str, _int, _int, _int, _i64, *_ERROR]
 _lib.mxmoe_create_layer_from_checkpoint.restype = _i64
 _lib.mxmoe_create_layer_from_checkpoint.argtypes = [_str, _i64, _i64, _str, _int, _int, _int, *_ERROR]
 _PROGRESS = ctypes.CFUNCTYPE(None, _i64, _i64)
 _lib.mxmoe_load_layers.restype = _i64
-_lib.mxmoe_load_layers.argtypes = [_str, ctypes.POINTER(_i64), _i64, _i64, _str, _int, _int, _int, _i64, _int,
+_lib.mxmoe_load_layers.argtypes = [_str, ctypes.POINTER(_i64), _i64, _i64, _str, _int, _int, _int, _i64, _int, _i64,
                                    _PROGRESS, ctypes.POINTER(_i64), _i64, *_ERROR]
 _lib.mxmoe_release_layer.restype = None
 _lib.mxmoe_release_layer.argtypes = [_i64]
@@ -75,10 +75,11 @@ def activation_codes(activations, mxfp8_scale_rule):
     return _ACTIVATIONS[activations], _SCALE_RULES[mxfp8_scale_rule]
 
 
-def create_layer(tensors, shape, swiglu, backend, device, activations):
+def create_layer(tensors, shape, swiglu, backend, device, activations, host_stream_tokens):
     """A layer handle from dense host tensors (see mxmoe_create_layer)."""
     ptrs = [t.data_ptr() if t is not None else None for t in tensors]
-    return _call(_lib.mxmoe_create_layer, *ptrs, *shape, *swiglu, backend.encode(), device, *activations)
+    return _call(_lib.mxmoe_create_layer, *ptrs, *shape, *swiglu, backend.encode(), device, *activations,
+                 host_stream_tokens)
 
 
 def create_layer_from_checkpoint(path, layer, topk, backend, device, activations):
@@ -86,14 +87,15 @@ def create_layer_from_checkpoint(path, layer, topk, backend, device, activations
                  device, *activations)
 
 
-def load_layers(path, layers, topk, backend, device, activations, max_device_bytes, host_threads, progress, count):
+def load_layers(path, layers, topk, backend, device, activations, max_device_bytes, host_threads, host_stream_tokens,
+                progress, count):
     """Handles of the layers loaded (see mxmoe_load_layers); `count` bounds how many."""
     asked = (_i64 * len(layers))(*layers)
     handles = (_i64 * count)()
     callback = _PROGRESS(progress) if progress else ctypes.cast(None, _PROGRESS)
     budget = -1 if max_device_bytes is None else max_device_bytes
     n = _call(_lib.mxmoe_load_layers, os.fsencode(path), asked, len(layers), topk or 0, backend.encode(), device,
-              *activations, budget, host_threads, callback, handles, count)
+              *activations, budget, host_threads, host_stream_tokens, callback, handles, count)
     return list(handles[:n])
 
 

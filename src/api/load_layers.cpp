@@ -31,6 +31,7 @@ Status load_host_layers(const Checkpoint& ckpt, const std::vector<int64_t>& laye
   lo.activations = o.activations;
   lo.host_threads = o.host_threads;
   lo.host_chunk_tokens = o.host_chunk_tokens;
+  lo.host_stream_tokens = o.host_stream_tokens;
   for (size_t i = 0; i < layers.size(); ++i) {
     MoeWeightsView v;
     Status st = ckpt.layer(layers[i], &v);

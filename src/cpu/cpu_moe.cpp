@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/cpu_pack.h"
 #include "cpu/cpu_work.h"
 #include "reference/topk.h"
 
@@ -88,14 +87,7 @@ Status CpuMoe::create(const MoeWeightsView& weights, CpuIsa isa, std::unique_ptr
   auto m = std::unique_ptr<CpuMoe>(new CpuMoe());
   m->plan_ = plan;
   m->kernels_ = &kernels_for(isa);
-  m->w13_codes_ = std::move(packed.w13_codes);
-  m->w13_scales_ = std::move(packed.w13_scales);
-  m->w2_codes_ = std::move(packed.w2_codes);
-  m->w2_scales_ = std::move(packed.w2_scales);
-  m->b13_ = std::move(packed.b13);
-  m->b2_ = std::move(packed.b2);
-  m->router_weight_ = std::move(packed.router_weight);
-  m->router_bias_ = std::move(packed.router_bias);
+  m->packed_ = std::move(packed);
   m->swiglu_ = weights.swiglu;
   *out = std::move(m);
   return Status::Ok();
@@ -127,9 +119,10 @@ Status CpuMoe::forward(const LayerForwardArgs& args, void* workspace, size_t wor
   const int32_t* ids = router ? ws.ids : args.topk_ids;
   const float* weights = router ? ws.weights : args.topk_weights;
   const Kernels& K = *kernels_;
-  const Gemm1Args g1{{w13_codes_.data(), w13_scales_.data(), 2 * Ip / 16, Hp / 32}, b13_.data(), 2 * Ip, swiglu_,
+  const PackedWeights& w = packed_;
+  const Gemm1Args g1{{w.w13_codes.data(), w.w13_scales.data(), 2 * Ip / 16, Hp / 32}, w.b13.data(), 2 * Ip, swiglu_,
                      ws.x, k, ws.a};
-  const Gemm2Args g2{{w2_codes_.data(), w2_scales_.data(), Hp / 16, Ip / 32}, b2_.data(), Hp, ws.a, ws.out, Hp};
+  const Gemm2Args g2{{w.w2_codes.data(), w.w2_scales.data(), Hp / 16, Ip / 32}, w.b2.data(), Hp, ws.a, ws.out, Hp};
 
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
   {
@@ -138,7 +131,7 @@ Status CpuMoe::forward(const LayerForwardArgs& args, void* workspace, size_t wor
     K.quantize_bf16(args.x, stride, H, rows.begin, rows.end, ws.x);
     if (router) {
       const Range logits = share(T * E, t, n);
-      K.router(args.x, stride, router_weight_.data(), Hp, router_bias_.data(), H, E, logits.begin, logits.end,
+      K.router(args.x, stride, w.router_weight.data(), Hp, w.router_bias.data(), H, E, logits.begin, logits.end,
                ws.logits);
 #pragma omp barrier
       for (int64_t i = rows.begin; i < rows.end; ++i)

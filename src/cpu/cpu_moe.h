@@ -19,7 +19,7 @@
 #include <memory>
 
 #include "cpu/cpu_kernels.h"
-#include "cpu/huge_pages.h"
+#include "cpu/cpu_pack.h"
 #include "mxmoe/cpu.h"
 #include "mxmoe/layer.h"
 #include "mxmoe/prepare.h"
@@ -36,7 +36,10 @@ class CpuMoe {
 
   const MoeShape& shape() const { return plan_.shape; }
   const PreparePlan& plan() const { return plan_; }
-  bool has_router() const { return !router_weight_.empty(); }
+  // The packed weights the kernels read (cpu_pack.h's order).
+  const PackedWeights& packed() const { return packed_; }
+  bool has_router() const { return !packed_.router_weight.empty(); }
+  const SwigluParams& swiglu() const { return swiglu_; }
   CpuIsa isa() const { return kernels_->isa; }
 
   size_t workspace_bytes(int64_t tokens) const;
@@ -48,8 +51,7 @@ class CpuMoe {
  private:
   PreparePlan plan_;
   const Kernels* kernels_ = nullptr;
-  HostBuffer w13_codes_, w13_scales_, w2_codes_, w2_scales_;
-  std::vector<uint16_t> b13_, b2_, router_weight_, router_bias_;
+  PackedWeights packed_;
   SwigluParams swiglu_;
 };
 

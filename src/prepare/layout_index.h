@@ -114,6 +114,27 @@ constexpr uint32_t permute_word_bits(uint32_t dense) {
   return out;
 }
 
+// ---- the cpu order (WeightSwizzle::kCpuRowGroups16), read back -------------------
+
+// The dense word at byte `x` (a multiple of 4) of row `r` (< 16) of a 16-row
+// group stored in kCpuRowGroups16 order at `group`: its 8 codes (elements
+// 2x .. 2x + 7, one MX block's) gathered from their nibbles. Element k of the
+// group's row r is the low (k % 32 < 16) or high nibble of byte
+// 256 (k / 32) + 64 ((k % 16) / 4) + 4 r + k % 4.
+constexpr uint32_t cpu16_dense_word(const uint8_t* group, int r, int64_t x) {
+  uint32_t v = 0;
+  for (int j = 0; j < 8; ++j) {
+    const int64_t k = 2 * x + j, kb = k % 32;
+    const uint8_t byte = group[256 * (k / 32) + 64 * (kb % 16 / 4) + 4 * r + kb % 4];
+    v |= uint32_t(kb < 16 ? byte & 0xF : byte >> 4) << (4 * j);
+  }
+  return v;
+}
+
+// The byte of a 16-row group's kCpuRowGroups16 scales ([block][row]) that
+// holds row r's scale of MX block b.
+constexpr int64_t cpu16_scale_byte(int r, int64_t b) { return 16 * b + r; }
+
 // ---- scales ---------------------------------------------------------------------
 
 // Byte `o` of `blocks` scale bytes a row in the fragment scale order

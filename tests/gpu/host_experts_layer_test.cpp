@@ -5,6 +5,8 @@
 // strides, both y dtypes, the router, T = 0, out-of-range ids, CUDA graphs
 // replayed on new inputs, two streams in an event order, the pointer and
 // option checks, and load_layers' split of a checkpoint under a device budget.
+// Forwards that stream the experts to the GPU: against that GPU's own layer,
+// bitwise, eager and from a graph.
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -115,11 +117,13 @@ struct DeviceCall {
   }
 };
 
-// Backend cpu on `device`: a CPU layer for -1, a host-memory layer for a GPU.
-std::unique_ptr<MoeLayer> make_layer(const MoeWeights& w, int device, int64_t chunk = 256) {
+// Backend cpu on `device`: a CPU layer for -1, a host-memory layer for a GPU
+// (computed by the CPU unless `stream_tokens` says from when it streams).
+std::unique_ptr<MoeLayer> make_layer(const MoeWeights& w, int device, int64_t chunk = 256, int64_t stream_tokens = -1) {
   std::unique_ptr<MoeLayer> layer;
-  const Status st =
-      MoeLayer::create(w.view(), {.backend = "cpu", .device = device, .host_chunk_tokens = chunk}, &layer);
+  const Status st = MoeLayer::create(
+      w.view(), {.backend = "cpu", .device = device, .host_chunk_tokens = chunk, .host_stream_tokens = stream_tokens},
+      &layer);
   EXPECT_TRUE(st.ok()) << st.message();
   return layer;
 }
@@ -204,6 +208,9 @@ TEST(HostExpertsLayer, EmptyBatchesAndTheChecks) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
   st = MoeLayer::create(w.view(), {.backend = "cpu", .device = 0, .host_threads = -1}, &other);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  st = MoeLayer::create(w.view(), {.backend = "cpu", .device = 0, .host_stream_tokens = -2}, &other);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("host_stream_tokens"), std::string::npos) << st.message();
   const testing::DeviceWeights on_gpu(w);
   st = MoeLayer::create(on_gpu.view, {.backend = "cpu", .device = 0}, &other);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
@@ -316,6 +323,102 @@ TEST(HostExpertsLayer, TwoStreamsInAnEventOrder) {
   cudaEventDestroy(done);
 }
 
+// From host_stream_tokens on, the experts stream to the GPU and its kernels
+// run on them: the bits of that backend's own device layer, through the
+// caller's routing or the router, both y dtypes, several chunks of experts
+// (13 MB an expert at H = I = 2880, 64 MB a chunk) and an odd expert count;
+// replayed from a graph on new inputs; below it the CPU computes.
+TEST(HostExpertsLayer, StreamedForwardsHaveTheGpuLayersBits) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  for (const MoeShape& s : {MoeShape{8, 160, 96, 2}, MoeShape{32, 2880, 384, 4}, MoeShape{8, 2880, 2880, 4},
+                            MoeShape{5, 2880, 2880, 2}}) {
+    const MoeWeights w = make_random_weights(s, 151);
+    std::unique_ptr<MoeLayer> gpu;
+    Status st = MoeLayer::create(w.view(), {.device = 0}, &gpu);
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::unique_ptr<MoeLayer> host = make_layer(w, 0, 256, 2), cpu = make_layer(w, -1);
+    ASSERT_TRUE(host && cpu);
+    EXPECT_NE(host->backend_reason().find(std::string("from T = 2 (host_stream_tokens) the experts stream over PCIe "
+                                                      "to the ") + backend_name(gpu->backend())),
+              std::string::npos)
+        << host->backend_reason();
+    EXPECT_EQ(host->forward_workspace_bytes(1), 0u);
+    EXPECT_GT(host->forward_workspace_bytes(2), 0u);
+    EXPECT_EQ(host->device_bytes(), 0u);
+    Stream stream;
+    for (const int64_t T : {int64_t(1), int64_t(3), int64_t(129)})
+      for (const bool routed : {true, false}) {
+        const OutputDtype dt = T == 3 ? OutputDtype::kFp32 : OutputDtype::kBf16;
+        const uint64_t seed = uint64_t(s.experts * 100 + T);
+        SCOPED_TRACE(testing::describe_case(s, T, testing::RouteMode::kRandom) +
+                     (routed ? " caller routing" : " router") + " seed=" + std::to_string(seed));
+        const std::vector<uint16_t> x = random_bf16(size_t(T * s.hidden), seed);
+        const Routing r = make_random_routing(T, s.experts, s.topk, seed + 1);
+        DeviceCall call(T, s, T == 129 ? 8 : 0, dt);
+        call.put(x, &r, stream.s);
+        Dev ws(std::max<size_t>(host->forward_workspace_bytes(T), 1));
+        st = host->forward(call.args(routed), ws.p, host->forward_workspace_bytes(T), stream.s);
+        ASSERT_TRUE(st.ok()) << st.message();
+        const std::vector<uint8_t> got = call.get(stream.s);
+        EXPECT_GT(testing::l2_norm(as_floats(got, dt)), 0.0);
+        if (T < 2) {
+          EXPECT_EQ(got, cpu_forward(*cpu, x, T, routed ? &r : nullptr, dt));
+          continue;
+        }
+        call.put(x, &r, stream.s);
+        Dev gws(std::max<size_t>(gpu->forward_workspace_bytes(T), 1));
+        ASSERT_TRUE(gpu->forward(call.args(routed), gws.p, gpu->forward_workspace_bytes(T), stream.s).ok());
+        EXPECT_EQ(got, call.get(stream.s));
+      }
+  }
+}
+
+TEST(HostExpertsLayer, StreamedForwardsReplayFromAGraphAndCheckTheirWorkspace) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const MoeShape s{6, 2880, 2880, 2};
+  const MoeWeights w = make_random_weights(s, 161);
+  std::unique_ptr<MoeLayer> gpu;
+  ASSERT_TRUE(MoeLayer::create(w.view(), {.device = 0}, &gpu).ok());
+  const std::unique_ptr<MoeLayer> host = make_layer(w, 0, 256, 1);
+  ASSERT_TRUE(host);
+  Stream stream;
+  const int64_t T = 33;
+  DeviceCall call(T, s, 0, OutputDtype::kBf16);
+  const size_t bytes = host->forward_workspace_bytes(T);
+  Dev ws(bytes), gws(std::max<size_t>(gpu->forward_workspace_bytes(T), 1));
+  // Too small, or host memory: refused before anything is enqueued.
+  Status st = host->forward(call.args(true), ws.p, bytes - 256, stream.s);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  std::vector<uint8_t> host_ws(bytes);
+  st = host->forward(call.args(true), host_ws.data(), bytes, stream.s);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
+
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  st = host->forward(call.args(true), ws.p, bytes, stream.s);
+  ASSERT_EQ(cudaStreamEndCapture(stream.s, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.message();
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (uint64_t replay = 0; replay < 2; ++replay) {
+    const uint64_t seed = 170 + replay;
+    SCOPED_TRACE("replay " + std::to_string(replay) + " seed=" + std::to_string(seed));
+    const std::vector<uint16_t> x = random_bf16(size_t(T * s.hidden), seed);
+    const Routing r = make_random_routing(T, s.experts, s.topk, seed + 10);
+    call.put(x, &r, stream.s);
+    ASSERT_EQ(cudaMemsetAsync(ws.p, 0xFF, bytes, stream.s), cudaSuccess);  // nothing is kept between forwards
+    ASSERT_EQ(cudaGraphLaunch(exec, stream.s), cudaSuccess);
+    const std::vector<uint8_t> got = call.get(stream.s);
+    EXPECT_GT(testing::l2_norm(as_floats(got, OutputDtype::kBf16)), 0.0);
+    call.put(x, &r, stream.s);
+    ASSERT_TRUE(gpu->forward(call.args(true), gws.p, gpu->forward_workspace_bytes(T), stream.s).ok());
+    EXPECT_EQ(got, call.get(stream.s));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 // load_layers under a budget: the first layers that fit on the GPU (each
 // holding exactly what the placement counted), the rest host-memory layers
 // that compute what the CPU layers of the same checkpoint compute.
@@ -344,6 +447,7 @@ TEST(HostExpertsLayer, LoadLayersSplitsUnderADeviceBudget) {
     o.device = 0;
     o.max_device_bytes = budget;
     o.host_chunk_tokens = 3;
+    o.host_stream_tokens = -1;
     std::vector<std::pair<int64_t, int64_t>> seen;
     o.progress = [&](int64_t done, int64_t total) { seen.emplace_back(done, total); };
     std::vector<std::unique_ptr<MoeLayer>> loaded;

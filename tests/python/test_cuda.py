@@ -200,7 +200,7 @@ def test_host_memory_layer_matches_the_cpu_layer():
     """Backend "cpu" on a GPU: x and y on the GPU, the experts in host memory computed by the CPU's
     kernels, so the bits are the CPU layer's, through the router or the caller's routing."""
     _, t = layer_tensors()
-    host = make_moe(t, "cuda", backend="cpu")
+    host = make_moe(t, "cuda", backend="cpu", host_stream_tokens=-1)
     cpu = make_moe(t, "cpu")
     assert (host.backend, host.device, host.host_experts, host.device_bytes) == ("cpu", torch.device("cuda", 0),
                                                                                   True, 0)
@@ -223,10 +223,47 @@ def test_host_memory_layer_matches_the_cpu_layer():
                                                     torch.empty(3, H, dtype=torch.bfloat16, device="cuda")))
 
 
+def test_host_memory_layer_streams_with_the_gpu_layers_bits():
+    """From host_stream_tokens tokens on, a host-memory layer copies its experts over PCIe into
+    its workspace and runs the GPU's kernels on them: the bits of that backend's own layer, eager
+    and replayed from a graph; below, the CPU layer's."""
+    _, t = layer_tensors()
+    host = make_moe(t, "cuda", backend="cpu", host_stream_tokens=4)
+    gpu, cpu = make_moe(t, "cuda"), make_moe(t, "cpu")
+    assert f"from T = 4 (host_stream_tokens) the experts stream over PCIe to the {gpu.backend}" in host.backend_reason
+    assert host.workspace_bytes(3) == 0 and host.workspace_bytes(4) > 0 and host.device_bytes == 0
+    g = torch.Generator().manual_seed(SEED + 24)
+    for tokens in (1, 3, 4, 129):
+        x = torch.randn(tokens, H, generator=g).to(torch.bfloat16)
+        ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(tokens)]).int()
+        w = torch.softmax(torch.randn(tokens, K, generator=g), -1)
+        y = host(x.cuda(), topk_ids=ids.cuda(), topk_weights=w.cuda()).cpu()
+        assert float(y.float().norm()) > 0
+        if tokens < 4:
+            assert torch.equal(y, cpu(x, topk_ids=ids, topk_weights=w)), tokens
+            continue
+        assert torch.equal(y, gpu(x.cuda(), topk_ids=ids.cuda(), topk_weights=w.cuda()).cpu()), tokens
+        assert torch.equal(host(x.cuda()), gpu(x.cuda())), tokens
+    x = torch.randn(200, H, generator=g).to(torch.bfloat16).cuda()
+    ws = torch.empty(host.workspace_bytes(200), dtype=torch.uint8, device="cuda")
+    out = torch.empty(200, H, dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.ops.mxmoe.forward(x, None, None, host._layer, out, ws)
+    for _ in range(2):
+        x.copy_(torch.randn(200, H, generator=g).to(torch.bfloat16))
+        graph.replay()
+        assert torch.equal(out, gpu(x))
+    torch.library.opcheck(torch.ops.mxmoe.forward, (x, None, None, host._layer,
+                                                    torch.empty(200, H, dtype=torch.bfloat16, device="cuda")))
+    with pytest.raises(ValueError, match="host_stream_tokens"):
+        make_moe(t, "cuda", backend="cpu", host_stream_tokens=-2)
+
+
 def test_host_memory_layer_on_two_streams_in_order():
     """What its forwards on two streams need: each stream waits for the other's last forward."""
     _, t = layer_tensors()
-    host = make_moe(t, "cuda", backend="cpu")
+    host = make_moe(t, "cuda", backend="cpu", host_stream_tokens=-1)
     g = torch.Generator().manual_seed(SEED + 22)
     xs = [torch.randn(9, H, generator=g).to(torch.bfloat16).cuda() for _ in range(2)]
     want = [host(x) for x in xs]
@@ -255,7 +292,7 @@ def test_load_layers_splits_under_a_device_budget(tmp_path):
     x = torch.randn(5, 128, generator=torch.Generator().manual_seed(SEED + 23)).to(torch.bfloat16)
     for budget, placed in ((None, [False] * 3), (per * 3 // 2, [False, True, True]), (0, [True] * 3)):
         seen = []
-        moes = mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=budget,
+        moes = mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=budget, host_stream_tokens=-1,
                                  progress=lambda d, n: seen.append((d, n)))
         assert seen == [(1, 3), (2, 3), (3, 3)]
         assert [m.host_experts for m in moes] == placed, budget

@@ -8,17 +8,11 @@
 
 #include "cuda/common/device_backend.h"
 #include "cuda/common/eager_graphs.h"
+#include "cuda/common/image_forward.h"
 #include "cuda/common/layer_device.h"
-#include "cuda/portable/portable_backend.h"
 #include "cuda/prepare/device_image.h"
 #include "cuda/prepare/staged_weights.h"
-#ifdef MXMOE_WITH_BLOCKSCALED
-#include "cuda/blockscaled/blockscaled_backend.h"
-#endif
 #include "mxmoe/prepare.h"
-#ifdef MXMOE_WITH_SM90
-#include "cuda/sm90/sm90_backend.h"
-#endif
 
 namespace mxmoe {
 namespace {
@@ -61,14 +55,7 @@ class DeviceLayer final : public MoeLayer {
     }
     DeviceGuard guard;
     MXMOE_RETURN_IF_ERROR(guard.enter(device(), who()));
-    smxx::ForwardArgs f;
-    f.x = a.x;
-    f.x_stride = a.x_row_stride;
-    f.tokens = T;
-    f.topk_ids = a.topk_ids;
-    f.topk_weights = a.topk_weights;
-    if (a.y_dtype == OutputDtype::kFp32) f.y = static_cast<float*>(a.y);
-    else f.y_bf16 = static_cast<uint16_t*>(a.y);
+    const smxx::ForwardArgs f = smxx::forward_args_of(a);
     if (!graphs_) return forward_->forward(f, workspace, workspace_size, stream);
     smxx::LaunchList launches;
     {
@@ -115,19 +102,7 @@ Status create_device_layer(BackendKind kind, std::string reason, const MoeWeight
       smxx::prepare_image(make_plan(kind, weights.shape), scale_image_of(kind), staged.view, 0, who, memory, &image));
   staged.copy.release();  // the staging copy goes before the forward is built
   std::unique_ptr<smxx::DeviceForward> forward;
-  switch (kind) {
-    case BackendKind::kPortable: MXMOE_RETURN_IF_ERROR(portable::make_forward(image, &forward)); break;
-#ifdef MXMOE_WITH_SM90
-    case BackendKind::kSm90: MXMOE_RETURN_IF_ERROR(sm90::make_forward(image, {}, &forward)); break;
-#endif
-#ifdef MXMOE_WITH_BLOCKSCALED
-    case BackendKind::kSm100:
-    case BackendKind::kSm120:
-      MXMOE_RETURN_IF_ERROR(blockscaled::make_forward(kind, image, options.activations, false, &forward));
-      break;
-#endif
-    default: return Status::Unsupported(fmt::format("{}: no device layer in this build", who));
-  }
+  MXMOE_RETURN_IF_ERROR(smxx::make_image_forward(kind, image, options.activations, &forward));
   size_t bytes = 0;
   for (const smxx::DeviceBuffer& piece : *image.storage) bytes += piece.bytes();
   *out = std::make_unique<DeviceLayer>(kind, std::move(reason), device, weights.shape, image.has_router, bytes,

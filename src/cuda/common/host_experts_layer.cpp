@@ -21,10 +21,15 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <omp.h>
+
 #include "api/device_layer.h"
+#include "api/host_stream_heuristics.h"
 #include "cpu/cpu_moe.h"
+#include "cuda/common/host_experts_stream.h"
 #include "cuda/common/layer_device.h"
 #include "cuda/common/smxx_moe_kernels.h"
+#include "mxmoe/dispatch.h"
 
 namespace mxmoe {
 namespace {
@@ -80,11 +85,14 @@ struct Piece {
 
 class HostExpertsLayer final : public MoeLayer {
  public:
-  HostExpertsLayer(std::string reason, int device, std::unique_ptr<cpu::CpuMoe> moe, int threads, int64_t chunk)
+  HostExpertsLayer(std::string reason, int device, std::unique_ptr<cpu::CpuMoe> moe, int threads, int64_t chunk,
+                   std::unique_ptr<smxx::ExpertStream> stream, int64_t stream_from)
       : MoeLayer(BackendKind::kCpu, std::move(reason), device, moe->shape(), moe->has_router()),
         moe_(std::move(moe)),
         threads_(threads),
         chunk_(chunk),
+        stream_(std::move(stream)),
+        stream_from_(stream_from),
         cpu_workspace_bytes_(round_up(moe_->workspace_bytes(chunk), 4096)),
         cpu_workspace_(static_cast<uint8_t*>(std::aligned_alloc(4096, cpu_workspace_bytes_)), &std::free),
         poisoned_(size_t(chunk)) {}
@@ -93,6 +101,7 @@ class HostExpertsLayer final : public MoeLayer {
     smxx::DeviceGuard guard;  // the staging was pinned on the layer's device
     (void)guard.enter(device(), kWho);
     staging_.reset();
+    stream_.reset();  // unpins the pack before moe_ frees it
   }
 
   Status init() {
@@ -103,7 +112,9 @@ class HostExpertsLayer final : public MoeLayer {
     return staging_->allocate(shape(), chunk_);
   }
 
-  size_t forward_workspace_bytes(int64_t /*tokens*/) const override { return 0; }
+  size_t forward_workspace_bytes(int64_t tokens) const override {
+    return streams(tokens) ? stream_->workspace_bytes(tokens) : 0;
+  }
 
   Status forward(const LayerForwardArgs& a, void* workspace, size_t workspace_size,
                  CUstream_st* stream) const override {
@@ -122,6 +133,10 @@ class HostExpertsLayer final : public MoeLayer {
     }
     smxx::DeviceGuard guard;
     MXMOE_RETURN_IF_ERROR(guard.enter(device(), kWho));
+    if (streams(T)) {
+      MXMOE_RETURN_IF_ERROR(smxx::check_on_device(kWho, "workspace", workspace, device()));
+      return stream_->forward(smxx::forward_args_of(a), workspace, workspace_size, stream);
+    }
     const size_t y_size = a.y_dtype == OutputDtype::kFp32 ? 4 : 2;
     const PinnedStaging& st = *staging_;
     auto status = [](cudaError_t err, const char* what) { return smxx::cuda_status(err, kWho, what); };
@@ -199,9 +214,13 @@ class HostExpertsLayer final : public MoeLayer {
     return &it->second;
   }
 
+  bool streams(int64_t tokens) const { return stream_ && tokens >= stream_from_; }
+
   std::unique_ptr<cpu::CpuMoe> moe_;
   int threads_;
   int64_t chunk_;
+  std::unique_ptr<smxx::ExpertStream> stream_;  // null: the CPU computes every forward
+  int64_t stream_from_;                          // tokens from which forwards stream
   size_t cpu_workspace_bytes_;
   std::unique_ptr<uint8_t, decltype(&std::free)> cpu_workspace_;
   std::unique_ptr<PinnedStaging> staging_;
@@ -232,11 +251,36 @@ Status create_host_experts_layer(std::string reason, const MoeWeightsView& weigh
       return Status::Unsupported(fmt::format("cpu: CUDA device {} cannot take a host-memory layer's activations ({})",
                                              options.device, st.message()));
   }
+  if (options.host_stream_tokens < -1)
+    return Status::InvalidArgument(fmt::format(
+        "cpu: host_stream_tokens = {} (-1: never stream, 0: where faster, else from that T)", options.host_stream_tokens));
   std::unique_ptr<cpu::CpuMoe> moe;
   MXMOE_RETURN_IF_ERROR(cpu::CpuMoe::create(weights, &moe));
-  auto layer = std::make_unique<HostExpertsLayer>(
-      fmt::format("{}; experts in host memory, x and y on CUDA device {}", reason, options.device), options.device,
-      std::move(moe), options.host_threads, options.host_chunk_tokens);
+  std::string what = fmt::format("{}; experts in host memory, x and y on CUDA device {}", reason, options.device);
+  std::unique_ptr<smxx::ExpertStream> stream;
+  int64_t stream_from = 0;
+  if (options.host_stream_tokens != -1) {
+    // The GPU kernels dispatch picks for this device (MXMOE_BACKEND aside).
+    DispatchInput in = dispatch_input_for_device("auto", weights.shape, options.device);
+    in.override_name = "auto";
+    DispatchResult gpu;
+    MXMOE_RETURN_IF_ERROR(choose_backend(in, &gpu));
+    if (gpu.backend == BackendKind::kPortable || gpu.backend == BackendKind::kSm90) {
+      smxx::DeviceGuard guard;
+      MXMOE_RETURN_IF_ERROR(guard.enter(options.device, kWho));
+      MXMOE_RETURN_IF_ERROR(smxx::ExpertStream::create(gpu.backend, *moe, &stream));
+      const int threads = options.host_threads > 0 ? options.host_threads : omp_get_max_threads();
+      stream_from = options.host_stream_tokens > 0 ? options.host_stream_tokens
+                                                   : stream_from_tokens(weights.shape, threads);
+      what += fmt::format("; from T = {} ({}) the experts stream over PCIe to the {} kernels", stream_from,
+                          options.host_stream_tokens > 0 ? "host_stream_tokens" : "where that beats the CPU",
+                          backend_name(gpu.backend));
+    } else {
+      what += fmt::format("; never streamed to the GPU ({} has no kernels to stream to)", backend_name(gpu.backend));
+    }
+  }
+  auto layer = std::make_unique<HostExpertsLayer>(std::move(what), options.device, std::move(moe), options.host_threads,
+                                                  options.host_chunk_tokens, std::move(stream), stream_from);
   MXMOE_RETURN_IF_ERROR(layer->init());
   *out = std::move(layer);
   return Status::Ok();

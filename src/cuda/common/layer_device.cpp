@@ -38,4 +38,16 @@ Status check_on_device(const char* who, const char* name, const void* ptr, int d
   return Status::Ok();
 }
 
+ForwardArgs forward_args_of(const LayerForwardArgs& a) {
+  ForwardArgs f;
+  f.x = a.x;
+  f.x_stride = a.x_row_stride;
+  f.tokens = a.tokens;
+  f.topk_ids = a.topk_ids;
+  f.topk_weights = a.topk_weights;
+  if (a.y_dtype == OutputDtype::kFp32) f.y = static_cast<float*>(a.y);
+  else f.y_bf16 = static_cast<uint16_t*>(a.y);
+  return f;
+}
+
 }  // namespace mxmoe::smxx

@@ -22,6 +22,13 @@ __device__ uint8_t scale_at(const MxMatrixView& m, int64_t e, int64_t r, int64_t
   return m.scales[e * m.scale_expert_stride + r * m.scale_row_stride + b];
 }
 
+// A source's scale byte, in either order (GatherMatrix::cpu16).
+__device__ uint8_t source_scale(const GatherMatrix& m, int64_t e, int64_t r, int64_t b) {
+  if (!m.cpu16) return scale_at(m.src, e, r, b);
+  const uint8_t* group = m.src.scales + e * m.src.scale_expert_stride + r / 16 * 16 * (m.src.cols / kMxBlock);
+  return group[layout::cpu16_scale_byte(int(r % 16), b)];
+}
+
 // The source row that prepared row R copies, with its expert; -1 for padding.
 __device__ int64_t source_row(const RowMap& m, int64_t R, int64_t* e) {
   if (R >= m.experts * m.rows) return -1;  // prefetch rows
@@ -45,8 +52,13 @@ __global__ void gather_codes_kernel(GatherMatrix m, WeightSwizzle swizzle, uint8
     // A word lies inside one 8- or 16-byte piece of a row, and rows hold
     // whole 16-byte MX blocks: it is all source or all padding.
     if (r >= 0 && x < src_bytes) {
-      const uint8_t* p = m.src.codes + e * m.src.code_expert_stride + r * m.src.code_row_stride + x;
-      v = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+      if (m.cpu16) {
+        v = layout::cpu16_dense_word(m.src.codes + e * m.src.code_expert_stride + r / 16 * 8 * m.src.cols,
+                                     int(r % 16), x);
+      } else {
+        const uint8_t* p = m.src.codes + e * m.src.code_expert_stride + r * m.src.code_row_stride + x;
+        v = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+      }
       if (fragment) v = layout::permute_word_bits(v);
     }
     reinterpret_cast<uint32_t*>(out)[w] = v;
@@ -71,7 +83,7 @@ __global__ void gather_scales_kernel(GatherMatrix m, WeightSwizzle swizzle, bool
     }
     int64_t e = 0;
     const int64_t r = source_row(m.map, R, &e);
-    out[o] = r >= 0 && b < src_blocks ? scale_at(m.src, e, r, b) : kE8M0Neutral;
+    out[o] = r >= 0 && b < src_blocks ? source_scale(m, e, r, b) : kE8M0Neutral;
   }
 }
 

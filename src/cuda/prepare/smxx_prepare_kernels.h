@@ -30,11 +30,15 @@ struct RowMap {
 };
 
 // One MXFP4 source tensor in device memory (MxMatrixView's strides) and the
-// prepared tensor's padded K.
+// prepared tensor's padded K. A source in the cpu backend's order (a cpu
+// pack's experts, streamed to the device) has cpu16 set: its rows lie in
+// 16-row groups of WeightSwizzle::kCpuRowGroups16, an expert
+// code_expert_stride and scale_expert_stride bytes (the row strides unused).
 struct GatherMatrix {
   MxMatrixView src;
   RowMap map;
   int64_t cols_padded = 0;
+  bool cpu16 = false;
 };
 
 // Codes: `bytes` (a multiple of 4) in `swizzle` order; padding 0.
