@@ -7,11 +7,16 @@
 // eager and replayed from CUDA graphs (one per routing set), and the ratio
 // host layer / (cpu + copies). Also the pinned copy rates of 64 MB.
 // Usage: host_experts_layer [--experts 128] [--tokens 1,4,16,64,256]
-//                           [--iterations 50] [--blocking-sync 1] [--json FILE]
+//                           [--iterations 50] [--blocking-sync 1] [--stream 1] [--json FILE]
 // The threads are OpenMP's (OMP_NUM_THREADS), for both layers.
 // --blocking-sync 1: the thread that waits for the stream sleeps instead of
 // spinning on a core (cudaDeviceScheduleBlockingSync), which the spin would
 // otherwise take from the CPU work.
+// --stream 1: the forwards that stream the experts to the GPU instead
+// (host_stream_tokens = 1) against what bounds them: the PCIe time of the
+// experts the routing touches (at the measured pinned rate) and the GPU
+// layer's own forward; beside them the CPU layer's time, which the stream
+// replaces from stream_from_tokens() on.
 #include <omp.h>
 #include <sched.h>
 
@@ -29,6 +34,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/host_stream_heuristics.h"
 #include "mxmoe/cpu.h"
 #include "mxmoe/format.h"
 #include "mxmoe/layer.h"
@@ -98,6 +104,122 @@ std::vector<int64_t> parse_list(const char* s) {
   return v;
 }
 
+// Device copies of each routing set of T tokens, and x and y.
+struct DeviceInputs {
+  void *x = nullptr, *y = nullptr;
+  std::vector<void*> ids, weights;
+  DeviceInputs(const std::vector<uint16_t>& xh, const std::vector<Routing>& routes, int64_t T, int64_t k) {
+    CHECK_CUDA(cudaMalloc(&x, xh.size() * 2));
+    CHECK_CUDA(cudaMalloc(&y, xh.size() * 2));
+    CHECK_CUDA(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+    for (const Routing& r : routes) {
+      ids.push_back(nullptr);
+      weights.push_back(nullptr);
+      CHECK_CUDA(cudaMalloc(&ids.back(), size_t(T * k) * 4));
+      CHECK_CUDA(cudaMalloc(&weights.back(), size_t(T * k) * 4));
+      CHECK_CUDA(cudaMemcpy(ids.back(), r.ids.data(), size_t(T * k) * 4, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(weights.back(), r.weights.data(), size_t(T * k) * 4, cudaMemcpyHostToDevice));
+    }
+  }
+  ~DeviceInputs() {
+    for (void* p : ids) cudaFree(p);
+    for (void* p : weights) cudaFree(p);
+    cudaFree(x);
+    cudaFree(y);
+  }
+  LayerForwardArgs args(int64_t T, int r) const {
+    return {.x = static_cast<uint16_t*>(x), .tokens = T, .topk_ids = static_cast<int32_t*>(ids[size_t(r)]),
+            .topk_weights = static_cast<float*>(weights[size_t(r)]), .y = y};
+  }
+};
+
+// Bench inputs of T tokens: x (deterministic, O(1) values) and the routing sets.
+std::vector<uint16_t> bench_x(int64_t T, int64_t H) {
+  std::vector<uint16_t> x(size_t(T * H));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float_to_bf16(float(int64_t(i * 2654435761u % 2001) - 1000) / 500.0f);
+  return x;
+}
+
+// The experts a routing set touches.
+int64_t touched_experts(const Routing& r, int64_t experts) {
+  std::vector<char> hit(size_t(experts), 0);
+  for (int32_t id : r.ids) hit[size_t(id)] = 1;
+  return std::count(hit.begin(), hit.end(), 1);
+}
+
+// --stream 1: streamed forwards (eager and from graphs) against the PCIe time
+// of the touched experts and the GPU layer's forward.
+void stream_rows(const MoeShape& s, const MoeWeights& w, const std::vector<int64_t>& tokens, int iterations,
+                 cudaStream_t stream, double h2d_gbs, nlohmann::json* report) {
+  std::unique_ptr<MoeLayer> cpu, host, gpu;
+  check(MoeLayer::create(w.view(), {.backend = "cpu", .device = -1}, &cpu));
+  const auto t0 = Clock::now();
+  check(MoeLayer::create(w.view(), {.backend = "cpu", .device = 0, .host_stream_tokens = 1}, &host));
+  const double create_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  check(MoeLayer::create(w.view(), {.device = 0}, &gpu));
+  const int threads = omp_get_max_threads();
+  fmt::print("host layer created (pack + pin) in {:.2f} s; {}\n", create_s, host->backend_reason());
+  fmt::print("stream_from_tokens at {} threads: {}\n", threads, stream_from_tokens(s, threads));
+  (*report)["create_s"] = create_s;
+  (*report)["stream_from_tokens"] = stream_from_tokens(s, threads);
+  fmt::print("{:>6} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "T", "cpu_us", "stream_us", "graph_us",
+             "gpu_us", "touched", "pcie_us", "x_bound");
+  const double expert_bytes = host_expert_bytes(s);
+  for (const int64_t T : tokens) {
+    const std::vector<uint16_t> x = bench_x(T, s.hidden);
+    std::vector<Routing> routes;
+    for (int r = 0; r < kRoutingSets; ++r) routes.push_back(make_random_routing(T, s.experts, s.topk, 100 + r));
+    double touched = 0;
+    for (const Routing& r : routes) touched += double(touched_experts(r, s.experts)) / kRoutingSets;
+    std::vector<uint16_t> y_host(x.size());
+    std::vector<uint8_t> cws(cpu->workspace_bytes(T));
+    const double cpu_us = median_us(std::min(iterations, 5), 1, [&](int i) {
+      const Routing& r = routes[size_t(i % kRoutingSets)];
+      check(cpu->forward({.x = x.data(), .tokens = T, .topk_ids = r.ids.data(), .topk_weights = r.weights.data(),
+                          .y = y_host.data()},
+                         cws.data(), cws.size(), nullptr));
+    });
+    const DeviceInputs in(x, routes, T, s.topk);
+    const size_t ws_bytes = std::max(host->forward_workspace_bytes(T), gpu->forward_workspace_bytes(T));
+    void* ws = nullptr;
+    CHECK_CUDA(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 256)));
+    auto timed = [&](const MoeLayer& layer) {
+      return median_us(iterations, 3, [&](int i) {
+        check(layer.forward(in.args(T, i % kRoutingSets), ws, ws_bytes, stream));
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+      });
+    };
+    const double stream_us = timed(*host), gpu_us = timed(*gpu);
+    std::vector<cudaGraphExec_t> graphs(kRoutingSets);
+    for (int r = 0; r < kRoutingSets; ++r) {
+      cudaGraph_t g;
+      CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      check(host->forward(in.args(T, r), ws, ws_bytes, stream));
+      CHECK_CUDA(cudaStreamEndCapture(stream, &g));
+      CHECK_CUDA(cudaGraphInstantiate(&graphs[size_t(r)], g, 0));
+      cudaGraphDestroy(g);
+    }
+    const double graph_us = median_us(iterations, 3, [&](int i) {
+      CHECK_CUDA(cudaGraphLaunch(graphs[size_t(i % kRoutingSets)], stream));
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+    });
+    for (cudaGraphExec_t g : graphs) cudaGraphExecDestroy(g);
+    cudaFree(ws);
+    const double pcie_us = touched * expert_bytes / (h2d_gbs * 1e3), bound = std::max(pcie_us, gpu_us);
+    fmt::print("{:>6} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.1f} {:>10.1f} {:>8.2f}\n", T, cpu_us, stream_us,
+               graph_us, gpu_us, touched, pcie_us, stream_us / bound);
+    (*report)["rows"].push_back({{"tokens", T},
+                                 {"cpu_us", cpu_us},
+                                 {"stream_us", stream_us},
+                                 {"graph_us", graph_us},
+                                 {"gpu_us", gpu_us},
+                                 {"touched_experts", touched},
+                                 {"pcie_us", pcie_us},
+                                 {"x_bound", stream_us / bound},
+                                 {"graph_x_bound", graph_us / bound}});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,13 +227,14 @@ int main(int argc, char** argv) {
   int iterations = 50;
   std::vector<int64_t> tokens = {1, 4, 16, 64, 256};
   std::string json_path;
-  bool blocking = false;
+  bool blocking = false, streamed = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--experts")) experts = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--tokens")) tokens = parse_list(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--json")) json_path = argv[i + 1];
     else if (!std::strcmp(argv[i], "--blocking-sync")) blocking = std::atoi(argv[i + 1]) != 0;
+    else if (!std::strcmp(argv[i], "--stream")) streamed = std::atoi(argv[i + 1]) != 0;
   }
   if (blocking) CHECK_CUDA(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
   const MoeShape s{experts, 2880, 2880, 4};
@@ -120,10 +243,6 @@ int main(int argc, char** argv) {
   fmt::print("E={} H={} I={} top-{}; {} threads of {}; {}; {} sync\n", s.experts, s.hidden, s.intermediate, s.topk,
              threads, cpu_model_name(), describe_cpu(), blocking ? "blocking" : "spinning");
   const MoeWeights w = make_random_weights(s, 7);
-  std::unique_ptr<MoeLayer> cpu, host;
-  check(MoeLayer::create(w.view(), {.backend = "cpu", .device = -1}, &cpu));
-  check(MoeLayer::create(w.view(), {.backend = "cpu", .device = 0, .host_threads = threads, .host_chunk_tokens = max_t},
-                         &host));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
@@ -154,15 +273,20 @@ int main(int argc, char** argv) {
                            {"d2h_gbs", d2h},
                            {"h2d_gbs", h2d},
                            {"rows", nlohmann::json::array()}};
+  if (streamed) {
+    stream_rows(s, w, tokens, iterations, stream, h2d, &report);
+    if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";
+    return 0;
+  }
+  std::unique_ptr<MoeLayer> cpu, host;
+  check(MoeLayer::create(w.view(), {.backend = "cpu", .device = -1}, &cpu));
+  check(MoeLayer::create(w.view(), {.backend = "cpu", .device = 0, .host_threads = threads, .host_chunk_tokens = max_t,
+                                    .host_stream_tokens = -1},
+                         &host));
   fmt::print("{:>6} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}\n", "T", "cpu_us", "copies_us", "host_us", "graph_us",
              "x_bound", "graph_x");
   for (const int64_t T : tokens) {
-    std::vector<uint16_t> x(size_t(T * H));
-    {
-      std::vector<float> f(x.size());
-      for (size_t i = 0; i < f.size(); ++i) f[i] = float(int64_t(i * 2654435761u % 2001) - 1000) / 500.0f;
-      for (size_t i = 0; i < f.size(); ++i) x[i] = float_to_bf16(f[i]);
-    }
+    const std::vector<uint16_t> x = bench_x(T, H);
     std::vector<Routing> routes;
     for (int r = 0; r < kRoutingSets; ++r) routes.push_back(make_random_routing(T, s.experts, k, 100 + r));
     // The CPU layer on host pointers.
@@ -174,18 +298,11 @@ int main(int argc, char** argv) {
                           .y = y_host.data()},
                          ws.data(), ws.size(), nullptr));
     });
-    // Device buffers: x, y and each routing set.
-    void *xd, *yd, *pinned;
-    CHECK_CUDA(cudaMalloc(&xd, x.size() * 2));
-    CHECK_CUDA(cudaMalloc(&yd, x.size() * 2));
-    CHECK_CUDA(cudaMemcpy(xd, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-    std::vector<void*> ids(kRoutingSets), wts(kRoutingSets);
-    for (int r = 0; r < kRoutingSets; ++r) {
-      CHECK_CUDA(cudaMalloc(&ids[r], size_t(T * k) * 4));
-      CHECK_CUDA(cudaMalloc(&wts[r], size_t(T * k) * 4));
-      CHECK_CUDA(cudaMemcpy(ids[r], routes[r].ids.data(), size_t(T * k) * 4, cudaMemcpyHostToDevice));
-      CHECK_CUDA(cudaMemcpy(wts[r], routes[r].weights.data(), size_t(T * k) * 4, cudaMemcpyHostToDevice));
-    }
+    const DeviceInputs in(x, routes, T, k);
+    void* xd = in.x;
+    void* yd = in.y;
+    const std::vector<void*>&ids = in.ids, &wts = in.weights;
+    void* pinned = nullptr;
     CHECK_CUDA(cudaHostAlloc(&pinned, x.size() * 2 + size_t(T * k) * 8 + x.size() * 2, cudaHostAllocDefault));
     uint8_t* p = static_cast<uint8_t*>(pinned);
     // The copies alone, in the layer's order.
@@ -198,11 +315,7 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaMemcpyAsync(yd, p + x.size() * 2 + T * k * 8, x.size() * 2, cudaMemcpyHostToDevice, stream));
       CHECK_CUDA(cudaStreamSynchronize(stream));
     });
-    auto args = [&](int r) {
-      return LayerForwardArgs{.x = static_cast<uint16_t*>(xd), .tokens = T,
-                              .topk_ids = static_cast<int32_t*>(ids[r]), .topk_weights = static_cast<float*>(wts[r]),
-                              .y = yd};
-    };
+    auto args = [&](int r) { return in.args(T, r); };
     const double host_us = median_us(iterations, 10, [&](int i) {
       check(host->forward(args(i % kRoutingSets), nullptr, 0, stream));
       CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -231,12 +344,6 @@ int main(int argc, char** argv) {
                               {"x_bound", host_us / bound},
                               {"graph_x_bound", graph_us / bound}});
     for (cudaGraphExec_t g : graphs) cudaGraphExecDestroy(g);
-    for (int r = 0; r < kRoutingSets; ++r) {
-      cudaFree(ids[r]);
-      cudaFree(wts[r]);
-    }
-    cudaFree(xd);
-    cudaFree(yd);
     cudaFreeHost(pinned);
   }
   if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";
