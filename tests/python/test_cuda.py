@@ -281,6 +281,43 @@ def test_host_memory_layer_on_two_streams_in_order():
         assert torch.equal(y, want[i])
 
 
+def test_decode_step_with_host_memory_layers_replays_from_a_graph(tmp_path):
+    """A decode step through residual blocks whose experts are split between the GPU and host
+    memory, captured once in a CUDA graph (kernels, copies and host functions): each replay on
+    new input gives eager's bits."""
+    from tiny_gpt_oss import write_tiny_gpt_oss
+    write_tiny_gpt_oss(tmp_path / "ckpt", layers=3, hidden=128, intermediate=96, experts=8, topk=2)
+    per = mxmoe.info("cuda", experts=8, hidden=128, intermediate=96, topk=2)["device_layer_bytes"]
+    moes = mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=per, progress=False)
+    assert [m.host_experts for m in moes] == [False, True, True]
+    norms = [torch.nn.LayerNorm(128, device="cuda", dtype=torch.bfloat16) for _ in moes]
+
+    def step(x):
+        for norm, moe in zip(norms, moes):
+            x = x + moe(norm(x))
+        return x
+
+    g = torch.Generator().manual_seed(SEED + 25)
+    for tokens in (1, 4):
+        static_x = torch.randn(tokens, 128, generator=g).to(torch.bfloat16).cuda()
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                step(static_x)  # warm-up outside the capture
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_y = step(static_x)
+            for _ in range(3):
+                x = torch.randn(tokens, 128, generator=g).to(torch.bfloat16).cuda()
+                static_x.copy_(x)
+                graph.replay()
+                want = step(x)
+                assert float(want.float().norm()) > 0
+                assert torch.equal(static_y, want), tokens
+
+
 def test_load_layers_splits_under_a_device_budget(tmp_path):
     """The first layers that fit the budget on the GPU, the others in host memory with the CPU
     layers' bits; a line says which went where."""
