@@ -117,6 +117,20 @@ struct DeviceCall {
   }
 };
 
+// `a` recorded into a graph on `stream` and instantiated (null on failure).
+cudaGraphExec_t record_forward(const MoeLayer& layer, const LayerForwardArgs& a, void* ws, size_t bytes,
+                               cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status st = layer.forward(a, ws, bytes, stream);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_TRUE(st.ok()) << st.message();
+  cudaGraphExec_t exec = nullptr;
+  if (graph && st.ok()) EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+  return exec;
+}
+
 // Backend cpu on `device`: a CPU layer for -1, a host-memory layer for a GPU
 // (computed by the CPU unless `stream_tokens` says from when it streams).
 std::unique_ptr<MoeLayer> make_layer(const MoeWeights& w, int device, int64_t chunk = 256, int64_t stream_tokens = -1) {
@@ -270,13 +284,8 @@ TEST(HostExpertsLayer, GraphsReplayOnNewInputs) {
   DeviceCall call(T, s, 16, OutputDtype::kBf16);
   for (const bool routed : {true, false}) {
     SCOPED_TRACE(routed ? "caller routing" : "router");
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), cudaSuccess);
-    const Status st = layer->forward(call.args(routed), nullptr, 0, stream.s);
-    ASSERT_EQ(cudaStreamEndCapture(stream.s, &graph), cudaSuccess);
-    ASSERT_TRUE(st.ok()) << st.message();
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphExec_t exec = record_forward(*layer, call.args(routed), nullptr, 0, stream.s);
+    ASSERT_NE(exec, nullptr);
     for (uint64_t replay = 0; replay < 3; ++replay) {
       const uint64_t seed = 90 + replay;
       SCOPED_TRACE("replay " + std::to_string(replay) + " seed=" + std::to_string(seed));
@@ -289,7 +298,6 @@ TEST(HostExpertsLayer, GraphsReplayOnNewInputs) {
       EXPECT_GT(testing::l2_norm(as_floats(got, OutputDtype::kBf16)), 0.0);
     }
     cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
   }
 }
 
@@ -394,13 +402,8 @@ TEST(HostExpertsLayer, StreamedForwardsReplayFromAGraphAndCheckTheirWorkspace) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
   EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
 
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), cudaSuccess);
-  st = host->forward(call.args(true), ws.p, bytes, stream.s);
-  ASSERT_EQ(cudaStreamEndCapture(stream.s, &graph), cudaSuccess);
-  ASSERT_TRUE(st.ok()) << st.message();
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  cudaGraphExec_t exec = record_forward(*host, call.args(true), ws.p, bytes, stream.s);
+  ASSERT_NE(exec, nullptr);
   for (uint64_t replay = 0; replay < 2; ++replay) {
     const uint64_t seed = 170 + replay;
     SCOPED_TRACE("replay " + std::to_string(replay) + " seed=" + std::to_string(seed));
@@ -416,7 +419,6 @@ TEST(HostExpertsLayer, StreamedForwardsReplayFromAGraphAndCheckTheirWorkspace) {
     EXPECT_EQ(got, call.get(stream.s));
   }
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // load_layers under a budget: the first layers that fit on the GPU (each
