@@ -68,10 +68,11 @@ Status ExpertStream::create(BackendKind kind, const cpu::CpuMoe& moe, std::uniqu
   // pads Hp to 128, plan_sm90).
   int64_t chunk = std::max<int64_t>(2, int64_t(kChunkBytes / double(expert_bytes)) / 2 * 2);
   st->chunk_experts_ = std::min<int64_t>(chunk, s.experts);
-  for (size_t i = 0; i < 6; ++i) {
-    st->stage_offset_[i] = at;
-    at += align256(per_expert[i] * size_t(st->chunk_experts_));
-  }
+  for (auto& stage : st->stage_offset_)
+    for (size_t i = 0; i < 6; ++i) {
+      stage[i] = at;
+      at += align256(per_expert[i] * size_t(st->chunk_experts_));
+    }
   st->router_offset_ = at;
   if (st->has_router_) at += align256(p.router_weight.size() * 2) + align256(p.router_bias.size() * 2);
   st->forward_offset_ = at;
@@ -103,6 +104,11 @@ Status ExpertStream::create(BackendKind kind, const cpu::CpuMoe& moe, std::uniqu
     st->registered_[i] = weights[i]->data();
   }
 
+  MXMOE_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&st->copies_, cudaStreamNonBlocking), kWho,
+                                    "create the copies' stream"));
+  for (cudaEvent_t* e : {&st->forked_, &st->copied_[0], &st->copied_[1], &st->relaid_[0], &st->relaid_[1]})
+    MXMOE_RETURN_IF_ERROR(
+        cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), kWho, "create the copies' events"));
   DeviceImage sizing;
   sizing.plan = st->plan_;
   sizing.swiglu = st->swiglu_;
@@ -113,6 +119,9 @@ Status ExpertStream::create(BackendKind kind, const cpu::CpuMoe& moe, std::uniqu
 }
 
 ExpertStream::~ExpertStream() {
+  for (cudaEvent_t e : {forked_, copied_[0], copied_[1], relaid_[0], relaid_[1]})
+    if (e) cudaEventDestroy(e);
+  if (copies_) cudaStreamDestroy(copies_);
   for (void* p : registered_)
     if (p) cudaHostUnregister(p);
   if (pinned_small_) cudaFreeHost(pinned_small_);
@@ -122,20 +131,25 @@ size_t ExpertStream::workspace_bytes(int64_t tokens) const {
   return forward_offset_ + align256(sizing_->workspace_bytes(tokens));
 }
 
-Status ExpertStream::relay_chunk(int64_t e0, int64_t e1, uint8_t* ws, cudaStream_t stream) const {
+Status ExpertStream::copy_chunk(int64_t e0, int64_t e1, int buffer, uint8_t* ws) const {
+  const auto per_expert = pack_expert_bytes(plan_.shape);
+  const uint8_t* src[6] = {pack_->w13_codes.data(), pack_->w13_scales.data(), small_[0],
+                           pack_->w2_codes.data(),  pack_->w2_scales.data(),  small_[1]};
+  for (size_t i = 0; i < 6; ++i)
+    MXMOE_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(ws + stage_offset_[size_t(buffer)][i], src[i] + size_t(e0) * per_expert[i],
+                        size_t(e1 - e0) * per_expert[i], cudaMemcpyHostToDevice, copies_),
+        kWho, "copy experts to the GPU"));
+  return Status::Ok();
+}
+
+Status ExpertStream::relay_chunk(int64_t e0, int64_t e1, int buffer, uint8_t* ws, cudaStream_t stream) const {
   const MoeShape& s = plan_.shape;
   const int64_t n = e1 - e0, H = s.hidden, I = s.intermediate;
   const int64_t Hp = plan_.hidden_padded, Ip = plan_.intermediate_padded;
   const auto per_expert = pack_expert_bytes(s);
-  const uint8_t* src[6] = {pack_->w13_codes.data(), pack_->w13_scales.data(), small_[0],
-                           pack_->w2_codes.data(),  pack_->w2_scales.data(),  small_[1]};
   uint8_t* stage[6];
-  for (size_t i = 0; i < 6; ++i) {
-    stage[i] = ws + stage_offset_[i];
-    MXMOE_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(stage[i], src[i] + size_t(e0) * per_expert[i],
-                                                      size_t(n) * per_expert[i], cudaMemcpyHostToDevice, stream),
-                                      kWho, "copy experts to the GPU"));
-  }
+  for (size_t i = 0; i < 6; ++i) stage[i] = ws + stage_offset_[size_t(buffer)][i];
   // The chunk's experts start at expert e0 of each image piece.
   auto piece = [&](int i, int64_t expert_bytes) { return ws + piece_offset_[size_t(i)] + size_t(e0 * expert_bytes); };
   const RowMap w13_rows{n, 2 * Ip, true, plan_.w13_layout, W13Layout::kBlockedGateUp16, Ip, I, 0};
@@ -162,8 +176,23 @@ Status ExpertStream::forward(const ForwardArgs& f, void* workspace, size_t works
                                                f.tokens, workspace_bytes(f.tokens), workspace_size));
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const MoeShape& s = plan_.shape;
-  for (int64_t e0 = 0; e0 < s.experts; e0 += chunk_experts_)
-    MXMOE_RETURN_IF_ERROR(relay_chunk(e0, std::min(e0 + chunk_experts_, s.experts), ws, stream));
+  auto status = [](cudaError_t err) { return cuda_status(err, kWho, "order the copies and the re-laying"); };
+  // Chunk c is copied into staging c % 2 once the re-laying of chunk c - 2
+  // has read it, and re-laid once copied; the caller's stream has waited for
+  // every copy by the end (the join a capture needs).
+  MXMOE_RETURN_IF_ERROR(status(cudaEventRecord(forked_, stream)));
+  MXMOE_RETURN_IF_ERROR(status(cudaStreamWaitEvent(copies_, forked_, 0)));
+  int64_t chunk = 0;
+  for (int64_t e0 = 0; e0 < s.experts; e0 += chunk_experts_, ++chunk) {
+    const int b = int(chunk % 2);
+    const int64_t e1 = std::min(e0 + chunk_experts_, s.experts);
+    if (chunk >= 2) MXMOE_RETURN_IF_ERROR(status(cudaStreamWaitEvent(copies_, relaid_[size_t(b)], 0)));
+    MXMOE_RETURN_IF_ERROR(copy_chunk(e0, e1, b, ws));
+    MXMOE_RETURN_IF_ERROR(status(cudaEventRecord(copied_[size_t(b)], copies_)));
+    MXMOE_RETURN_IF_ERROR(status(cudaStreamWaitEvent(stream, copied_[size_t(b)], 0)));
+    MXMOE_RETURN_IF_ERROR(relay_chunk(e0, e1, b, ws, stream));
+    MXMOE_RETURN_IF_ERROR(status(cudaEventRecord(relaid_[size_t(b)], stream)));
+  }
   if (has_router_) {
     const int64_t E = s.experts, H = s.hidden, Hp = plan_.hidden_padded;
     uint8_t* weight = ws + router_offset_;
