@@ -27,6 +27,7 @@ struct LoadCliOptions {
   std::optional<int> device;  // unset: CUDA device 0 where there is one, else the CPU
   std::optional<int64_t> max_device_bytes;
   int host_threads = 0;
+  int64_t host_stream_tokens = 0;
 };
 
 // VmHWM: the most resident memory the process has held.
@@ -81,6 +82,7 @@ int run(const LoadCliOptions& options) {
   lo.device = *o.device;
   lo.max_device_bytes = o.max_device_bytes;
   lo.host_threads = o.host_threads;
+  lo.host_stream_tokens = o.host_stream_tokens;
   lo.progress = [](int64_t done, int64_t total) { std::fprintf(stderr, "\rlayer %lld/%lld", (long long)done, (long long)total); };
   std::vector<std::unique_ptr<MoeLayer>> layers;
   LoadStats stats;
@@ -123,6 +125,10 @@ Runner add_load(CLI::App& parent) {
       ->transform(CLI::AsSizeValue(true));
   sub->add_option("--host-threads", o->host_threads, "threads of the host-memory layers' CPU work (0: OpenMP's)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--host-stream-tokens", o->host_stream_tokens,
+                  "tokens from which the host-memory layers stream their experts to the GPU (0: where faster than "
+                  "the CPU; -1: never)")
+      ->check(integer_at_least(-1));
   return [o] { return run(*o); };
 }
 
