@@ -141,6 +141,9 @@ class MoeLayer {
   // Whether the experts live in host memory while x and y are on a GPU (a
   // host-memory layer: backend cpu, device >= 0).
   bool host_experts() const { return backend_ == BackendKind::kCpu && device_ >= 0; }
+  // A host-memory layer's forwards of at least this many tokens stream the
+  // experts to the GPU (LayerOptions::host_stream_tokens); 0: none do.
+  virtual int64_t host_stream_from() const { return 0; }
 
   // Workspace bytes that serve any forward of 1..max_tokens tokens (host work
   // proportional to max_tokens: call it once, at set-up).

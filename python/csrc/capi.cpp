@@ -164,7 +164,8 @@ __attribute__((visibility("default"))) int64_t mxmoe_layer_info(int64_t handle, 
                      {"topk", s.topk},
                      {"has_router", layer->has_router()},
                      {"device_bytes", layer->device_bytes()},
-                     {"host_experts", layer->host_experts()}},
+                     {"host_experts", layer->host_experts()},
+                     {"host_stream_from", layer->host_stream_from()}},
                     out, out_size);
 }
 

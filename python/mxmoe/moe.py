@@ -110,6 +110,8 @@ class MoE(nn.Module):
         self.has_router = info["has_router"]
         self.device_bytes = info["device_bytes"]
         self.host_experts = info["host_experts"]
+        # Forwards of at least this many tokens stream the host-memory experts to the GPU (None: never).
+        self.host_stream_from = info["host_stream_from"] or None
 
     @classmethod
     def from_checkpoint(cls, path, layer, *, backend="auto", device=None, topk=None, activations="bf16",
@@ -332,13 +334,17 @@ def load_layers(path, layers=None, *, backend="auto", device=None, progress=None
 
 def describe_placement(moes, layers=None):
     """One line: which layers' experts are on the GPU and which in host memory, e.g.
-    "MoE layers: 24 on the GPU (41.21 GB: layers 0-23), 12 in host memory (layers 24-35)"."""
+    "MoE layers: 24 on the GPU (41.21 GB: layers 0-23), 12 in host memory (layers 24-35); forwards
+    from T = 172 stream those to the GPU"."""
     ids = layers or list(range(len(moes)))
     on_gpu = [i for i, m in zip(ids, moes) if not m.host_experts]
     in_host = [i for i, m in zip(ids, moes) if m.host_experts]
     gpu_bytes = sum(m.device_bytes for m in moes)
     gpu = f"{len(on_gpu)} on the GPU ({gpu_bytes / 1e9:.2f} GB" + (f": {_spans(on_gpu)})" if on_gpu else ")")
     host = f"{len(in_host)} in host memory" + (f" ({_spans(in_host)})" if in_host else "")
+    streams = sorted({m.host_stream_from for m in moes if m.host_experts and m.host_stream_from})
+    if streams:
+        host += f"; forwards from T = {'/'.join(map(str, streams))} stream those to the GPU"
     return f"MoE layers: {gpu}, {host}"
 
 

@@ -350,6 +350,9 @@ TEST(HostExpertsLayer, StreamedForwardsHaveTheGpuLayersBits) {
                                                       "to the ") + backend_name(gpu->backend())),
               std::string::npos)
         << host->backend_reason();
+    EXPECT_EQ(host->host_stream_from(), 2);
+    EXPECT_EQ(gpu->host_stream_from(), 0);
+    EXPECT_EQ(cpu->host_stream_from(), 0);
     EXPECT_EQ(host->forward_workspace_bytes(1), 0u);
     EXPECT_GT(host->forward_workspace_bytes(2), 0u);
     EXPECT_EQ(host->device_bytes(), 0u);

@@ -204,6 +204,7 @@ def test_host_memory_layer_matches_the_cpu_layer():
     cpu = make_moe(t, "cpu")
     assert (host.backend, host.device, host.host_experts, host.device_bytes) == ("cpu", torch.device("cuda", 0),
                                                                                   True, 0)
+    assert host.host_stream_from is None
     assert "host memory" in host.backend_reason
     assert not cpu.host_experts
     g = torch.Generator().manual_seed(SEED + 21)
@@ -232,6 +233,7 @@ def test_host_memory_layer_streams_with_the_gpu_layers_bits():
     gpu, cpu = make_moe(t, "cuda"), make_moe(t, "cpu")
     assert f"from T = 4 (host_stream_tokens) the experts stream over PCIe to the {gpu.backend}" in host.backend_reason
     assert host.workspace_bytes(3) == 0 and host.workspace_bytes(4) > 0 and host.device_bytes == 0
+    assert host.host_stream_from == 4 and gpu.host_stream_from is None
     g = torch.Generator().manual_seed(SEED + 24)
     for tokens in (1, 3, 4, 129):
         x = torch.randn(tokens, H, generator=g).to(torch.bfloat16)
@@ -341,9 +343,15 @@ def test_load_layers_splits_under_a_device_budget(tmp_path):
                 assert torch.equal(y, ref)
             else:
                 assert rel_l2(y.float().numpy(), ref.float().numpy()) <= 1e-2
-    line = mxmoe.describe_placement(mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=per,
-                                                      progress=False))
-    assert line == f"MoE layers: 1 on the GPU ({per / 1e9:.2f} GB: layers 0), 2 in host memory (layers 1-2)"
+    moes = mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=per, progress=False)
+    assert moes[0].host_stream_from is None and moes[1].host_stream_from == moes[2].host_stream_from > 0
+    assert mxmoe.describe_placement(moes) == (
+        f"MoE layers: 1 on the GPU ({per / 1e9:.2f} GB: layers 0), 2 in host memory (layers 1-2); "
+        f"forwards from T = {moes[1].host_stream_from} stream those to the GPU")
+    moes = mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=per, host_stream_tokens=-1,
+                             progress=False)
+    assert mxmoe.describe_placement(moes) == \
+        f"MoE layers: 1 on the GPU ({per / 1e9:.2f} GB: layers 0), 2 in host memory (layers 1-2)"
     with pytest.raises(ValueError, match="max_device_bytes"):
         mxmoe.load_layers(tmp_path / "ckpt", device="cuda", max_device_bytes=-1)
     with pytest.raises(ValueError, match="max_device_bytes is for GPU loads"):

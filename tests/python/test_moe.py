@@ -407,13 +407,17 @@ def test_workspace_bytes(layer, device):
 
 def test_describe_placement_names_the_layers_on_each_side():
     from types import SimpleNamespace
-    moes = [SimpleNamespace(host_experts=h, device_bytes=0 if h else 2_500_000_000)
+    moes = [SimpleNamespace(host_experts=h, device_bytes=0 if h else 2_500_000_000, host_stream_from=None)
             for h in [False] * 3 + [True] * 2 + [False] + [True]]
     assert mxmoe.describe_placement(moes) == \
         "MoE layers: 4 on the GPU (10.00 GB: layers 0-2, 5), 3 in host memory (layers 3-4, 6)"
     assert mxmoe.describe_placement(moes[3:5], [10, 11]) == "MoE layers: 0 on the GPU (0.00 GB), 2 in host memory " \
         "(layers 10-11)"
     assert mxmoe.describe_placement(moes[:1], [7]) == "MoE layers: 1 on the GPU (2.50 GB: layers 7), 0 in host memory"
+    for m in moes[3:5]:
+        m.host_stream_from = 172
+    assert mxmoe.describe_placement(moes[2:5]) == "MoE layers: 1 on the GPU (2.50 GB: layers 0), 2 in host memory " \
+        "(layers 1-2); forwards from T = 172 stream those to the GPU"
 
 
 def test_load_layers_refuses_a_bad_budget(tmp_path):

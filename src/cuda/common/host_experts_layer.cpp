@@ -112,6 +112,8 @@ class HostExpertsLayer final : public MoeLayer {
     return staging_->allocate(shape(), chunk_);
   }
 
+  int64_t host_stream_from() const override { return stream_ ? stream_from_ : 0; }
+
   size_t forward_workspace_bytes(int64_t tokens) const override {
     return streams(tokens) ? stream_->workspace_bytes(tokens) : 0;
   }
