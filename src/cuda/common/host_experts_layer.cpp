@@ -278,7 +278,8 @@ Status create_host_experts_layer(std::string reason, const MoeWeightsView& weigh
                           options.host_stream_tokens > 0 ? "host_stream_tokens" : "where that beats the CPU",
                           backend_name(gpu.backend));
     } else {
-      what += fmt::format("; never streamed to the GPU ({} has no kernels to stream to)", backend_name(gpu.backend));
+      what += fmt::format("; never streamed to the GPU (streams feed the portable and sm90 kernels; dispatch "
+                          "picks {} here)", backend_name(gpu.backend));
     }
   }
   auto layer = std::make_unique<HostExpertsLayer>(std::move(what), options.device, std::move(moe), options.host_threads,
