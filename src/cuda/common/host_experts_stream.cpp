@@ -52,7 +52,7 @@ Status ExpertStream::create(BackendKind kind, const cpu::CpuMoe& moe, std::uniqu
   st->w2_large_ = any_large(p.w2_scales);
   st->swiglu_ = moe.swiglu();
 
-  // The workspace: the image's pieces, a chunk's staging, the router's, the
+  // The workspace: the image's pieces, two stagings of a chunk, the router's, the
   // backend's own workspace; each 256-byte aligned.
   size_t at = 0;
   const auto image_bytes = image_piece_bytes(st->plan_, ScaleImage::kPlanOrder, st->has_router_);
