@@ -43,12 +43,13 @@ int64_t fail(const Status& st, char* error, size_t error_size) {
 }
 
 // activations: 0 bf16, 1 mxfp8; scale_rule: 0 ceil (kTriton), 1 OCP.
-// host_stream_tokens: LayerOptions' (0: where faster, -1: never).
+// host_threads, host_stream_tokens: LayerOptions' (host-memory layers).
 int64_t create(const MoeWeightsView& v, const char* backend, int device, int activations, int scale_rule,
-               int64_t host_stream_tokens, char* error, size_t error_size) {
+               int host_threads, int64_t host_stream_tokens, char* error, size_t error_size) {
   LayerOptions o;
   o.backend = backend ? backend : "auto";
   o.device = device;
+  o.host_threads = host_threads;
   o.host_stream_tokens = host_stream_tokens;
   o.activations.format = activations == 1 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16;
   o.activations.mxfp8_scale_rule = scale_rule == 1 ? MxScaleRule::kOcp : MxScaleRule::kTriton;
@@ -78,7 +79,8 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer(
     const uint16_t* router_weight, const uint16_t* router_bias, const uint8_t* w13_codes, const uint8_t* w13_scales,
     const uint16_t* b13, const uint8_t* w2_codes, const uint8_t* w2_scales, const uint16_t* b2, int64_t experts,
     int64_t hidden, int64_t intermediate, int64_t topk, double swiglu_alpha, double swiglu_limit, const char* backend,
-    int device, int activations, int scale_rule, int64_t host_stream_tokens, char* error, size_t error_size) {
+    int device, int activations, int scale_rule, int host_threads, int64_t host_stream_tokens, char* error,
+    size_t error_size) {
   MoeWeightsView v;
   v.shape = {experts, hidden, intermediate, topk};
   v.swiglu = {float(swiglu_alpha), float(swiglu_limit)};
@@ -90,7 +92,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer(
   v.w2 = MxMatrixView::dense(w2_codes, w2_scales, experts, hidden, intermediate);
   v.b2 = b2;
   v.b2_expert_stride = hidden;
-  return create(v, backend, device, activations, scale_rule, host_stream_tokens, error, error_size);
+  return create(v, backend, device, activations, scale_rule, host_threads, host_stream_tokens, error, error_size);
 }
 
 // Layer `layer` of a GPT-OSS checkpoint (folder or .safetensors file); topk <= 0
@@ -104,7 +106,7 @@ __attribute__((visibility("default"))) int64_t mxmoe_create_layer_from_checkpoin
   MoeWeightsView v;
   st = ckpt->layer(layer, &v);
   if (!st.ok()) return fail(st, error, error_size);
-  return create(v, backend, device, activations, scale_rule, 0, error, error_size);  // the layer copies
+  return create(v, backend, device, activations, scale_rule, 0, 0, error, error_size);  // the layer copies
 }
 
 // Layers `layers` (n_layers of them; 0: every layer) of a checkpoint onto

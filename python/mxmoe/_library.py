@@ -18,7 +18,7 @@ _lib = ctypes.CDLL(_PATH)  # the same loaded object: its C functions
 _i64, _int, _dbl, _ptr, _str = ctypes.c_int64, ctypes.c_int, ctypes.c_double, ctypes.c_void_p, ctypes.c_char_p
 _ERROR = (ctypes.c_char_p, ctypes.c_size_t)
 _lib.mxmoe_create_layer.restype = _i64
-_lib.mxmoe_create_layer.argtypes = [_ptr] * 8 + [_i64] * 4 + [_dbl, _dbl, _str, _int, _int, _int, _i64, *_ERROR]
+_lib.mxmoe_create_layer.argtypes = [_ptr] * 8 + [_i64] * 4 + [_dbl, _dbl, _str, _int, _int, _int, _int, _i64, *_ERROR]
 _lib.mxmoe_create_layer_from_checkpoint.restype = _i64
 _lib.mxmoe_create_layer_from_checkpoint.argtypes = [_str, _i64, _i64, _str, _int, _int, _int, *_ERROR]
 _PROGRESS = ctypes.CFUNCTYPE(None, _i64, _i64)
@@ -75,11 +75,11 @@ def activation_codes(activations, mxfp8_scale_rule):
     return _ACTIVATIONS[activations], _SCALE_RULES[mxfp8_scale_rule]
 
 
-def create_layer(tensors, shape, swiglu, backend, device, activations, host_stream_tokens):
+def create_layer(tensors, shape, swiglu, backend, device, activations, host_threads, host_stream_tokens):
     """A layer handle from dense host tensors (see mxmoe_create_layer)."""
     ptrs = [t.data_ptr() if t is not None else None for t in tensors]
     return _call(_lib.mxmoe_create_layer, *ptrs, *shape, *swiglu, backend.encode(), device, *activations,
-                 host_stream_tokens)
+                 host_threads, host_stream_tokens)
 
 
 def create_layer_from_checkpoint(path, layer, topk, backend, device, activations):

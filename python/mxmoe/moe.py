@@ -132,7 +132,8 @@ class MoE(nn.Module):
     @classmethod
     def from_tensors(cls, router_weight, router_bias, gate_up_blocks, gate_up_scales, gate_up_bias, down_blocks,
                      down_scales, down_bias, *, topk=4, swiglu_alpha=1.702, swiglu_limit=7.0, backend="auto",
-                     device=None, activations="bf16", mxfp8_scale_rule="ceil", consume=False, host_stream_tokens=0):
+                     device=None, activations="bf16", mxfp8_scale_rule="ceil", consume=False, host_threads=0,
+                     host_stream_tokens=0):
         """One layer from tensors in the Hugging Face GPT-OSS checkpoint layout (any device).
 
         ``gate_up_blocks`` uint8 [E, 2I, H/32, 16] and ``gate_up_scales`` uint8
@@ -159,12 +160,13 @@ class MoE(nn.Module):
         engine converting a model layer by layer holds one layer above the model at most; every
         tensor sharing those storages is emptied too. On an error nothing is freed.
 
-        ``backend="cpu"`` on a GPU keeps the experts in host memory (``host_experts``); from
+        ``backend="cpu"`` on a GPU keeps the experts in host memory (``host_experts``), computed
+        by the CPU on ``host_threads`` threads (0: OpenMP's default); from
         ``host_stream_tokens`` tokens on (0: from where that is faster than the CPU, as
         ``backend_reason`` says; -1: never) a forward streams them over PCIe into its workspace
         and runs the GPU's kernels on them, with the bits of that GPU backend's own layer.
         """
-        _check_stream_tokens(host_stream_tokens)
+        _check_host_options(host_threads, host_stream_tokens)
         if not isinstance(gate_up_blocks, torch.Tensor) or gate_up_blocks.dim() != 4:
             raise ValueError("mxmoe: gate_up_blocks must be a uint8 tensor [E, 2I, H/32, 16]")
         e, i2, hb, _ = gate_up_blocks.shape
@@ -194,7 +196,7 @@ class MoE(nn.Module):
         tensors = _placed(named, index, backend)
         codes = _library.activation_codes(activations, mxfp8_scale_rule)
         handle = _library.create_layer(tensors, (e, h, i, topk), (float(swiglu_alpha), float(swiglu_limit)), backend,
-                                       index, codes, host_stream_tokens)
+                                       index, codes, host_threads, host_stream_tokens)
         moe = cls(handle)
         if consume:
             del tensors  # copies made for the library go first, then the caller's storages
@@ -291,7 +293,9 @@ def _progress_bar(progress):
     return None
 
 
-def _check_stream_tokens(host_stream_tokens):
+def _check_host_options(host_threads, host_stream_tokens):
+    if not isinstance(host_threads, int) or host_threads < 0:
+        raise ValueError(f"mxmoe: host_threads must be a non-negative int, got {host_threads!r}")
     if not isinstance(host_stream_tokens, int) or host_stream_tokens < -1:
         raise ValueError(f"mxmoe: host_stream_tokens must be an int >= -1 (-1: never, 0: where faster), "
                          f"got {host_stream_tokens!r}")
@@ -318,9 +322,7 @@ def load_layers(path, layers=None, *, backend="auto", device=None, progress=None
             raise ValueError(f"mxmoe: layers must be non-negative, got {layers}")
     if max_device_bytes is not None and (not isinstance(max_device_bytes, int) or max_device_bytes < 0):
         raise ValueError(f"mxmoe: max_device_bytes must be a non-negative int, got {max_device_bytes!r}")
-    if not isinstance(host_threads, int) or host_threads < 0:
-        raise ValueError(f"mxmoe: host_threads must be a non-negative int, got {host_threads!r}")
-    _check_stream_tokens(host_stream_tokens)
+    _check_host_options(host_threads, host_stream_tokens)
     index = _device_index(device)
     count = len(layers) if layers else 1 << 12
     bar = _progress_bar(progress)

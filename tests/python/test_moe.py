@@ -429,6 +429,20 @@ def test_load_layers_refuses_a_bad_budget(tmp_path):
         mxmoe.load_layers(tmp_path / "ckpt", device="cpu", max_device_bytes=1 << 30)
     with pytest.raises(ValueError, match="host_threads"):
         mxmoe.load_layers(tmp_path / "ckpt", device="cpu", host_threads=-2)
+    with pytest.raises(ValueError, match="host_stream_tokens"):
+        mxmoe.load_layers(tmp_path / "ckpt", device="cpu", host_stream_tokens=-2)
+
+
+def test_from_tensors_refuses_bad_host_options():
+    _, t = layer_tensors()
+    with pytest.raises(ValueError, match="host_threads"):
+        make_moe(t, "cpu", host_threads=-1)
+    with pytest.raises(ValueError, match="host_stream_tokens"):
+        make_moe(t, "cpu", host_stream_tokens=-2)
+    with pytest.raises(ValueError, match="host_stream_tokens"):
+        make_moe(t, "cpu", host_stream_tokens=1.5)
+    # On the CPU they name what a host-memory layer would use, and change nothing.
+    assert make_moe(t, "cpu", host_threads=2, host_stream_tokens=-1).host_stream_from is None
 
 
 def test_load_layers(tmp_path, device):

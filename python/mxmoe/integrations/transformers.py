@@ -59,7 +59,8 @@ def _is_gpt_oss_mlp(module):
     return type(module).__name__ == "GptOssMLP" and hasattr(module, "router") and hasattr(module, "experts")
 
 
-def replace_experts(model, checkpoint=None, backend="auto", max_device_bytes=None, host_threads=0, progress=None):
+def replace_experts(model, checkpoint=None, backend="auto", max_device_bytes=None, host_threads=0, progress=None,
+                    host_stream_tokens=0):
     """Replaces every GPT-OSS MoE block of ``model`` with an mxmoe layer; returns how many.
 
     With ``checkpoint`` (the model's folder or .safetensors file) the layers
@@ -75,7 +76,8 @@ def replace_experts(model, checkpoint=None, backend="auto", max_device_bytes=Non
     ``max_device_bytes``: the GPU memory the MoE layers may take (per GPU).
     The first blocks whose experts fit go on the GPU; the others keep their
     experts in host memory and compute them on the CPU (``host_threads``
-    threads, 0: OpenMP's default) while attention, x and y stay on the GPU.
+    threads, 0: OpenMP's default) while attention, x and y stay on the GPU;
+    ``host_stream_tokens`` as in :meth:`mxmoe.MoE.from_tensors`.
     ``progress`` as in :func:`mxmoe.load_layers`; a line then says which
     layers went where.
     """
@@ -97,7 +99,8 @@ def replace_experts(model, checkpoint=None, backend="auto", max_device_bytes=Non
         budget = dict.fromkeys((device for device, _ in groups), max_device_bytes)
         for (device, topk), ids in groups.items():
             moes = load_layers(checkpoint, ids, backend=backend, device=device, topk=topk, progress=progress,
-                               max_device_bytes=budget[device], host_threads=host_threads)
+                               max_device_bytes=budget[device], host_threads=host_threads,
+                               host_stream_tokens=host_stream_tokens)
             if budget[device] is not None:
                 budget[device] = max(0, budget[device] - sum(m.device_bytes for m in moes))
             loaded.update(zip(ids, moes))
@@ -123,7 +126,8 @@ def replace_experts(model, checkpoint=None, backend="auto", max_device_bytes=Non
                                    down_blocks, down_scales, experts.down_proj_bias, topk=topk,
                                    swiglu_alpha=float(getattr(experts, "alpha", 1.702)),
                                    swiglu_limit=float(getattr(experts, "limit", 7.0)),  # what its forward clamps at
-                                   backend=where, device=device)
+                                   backend=where, device=device, host_threads=host_threads,
+                                   host_stream_tokens=host_stream_tokens)
         layer.mlp = GptOssMoE(moe)
         replaced += 1
     if max_device_bytes is not None and checkpoint is None and _progress_bar(progress) is not None:
@@ -133,7 +137,7 @@ def replace_experts(model, checkpoint=None, backend="auto", max_device_bytes=Non
 
 
 def load_gpt_oss(path, *, device=None, dtype=torch.bfloat16, max_device_bytes=None, backend="auto", host_threads=0,
-                 progress=None):
+                 progress=None, host_stream_tokens=0):
     """A transformers ``GptOssForCausalLM`` from a GPT-OSS checkpoint folder, its MoE blocks mxmoe's.
 
     The model is built on the meta device, its MLP blocks become mxmoe layers
@@ -142,7 +146,8 @@ def load_gpt_oss(path, *, device=None, dtype=torch.bfloat16, max_device_bytes=No
     ``device``: the experts never pass through transformers, so gpt-oss-120b needs no more
     GPU memory than its attention and the MoE layers that ``max_device_bytes`` lets on. The
     layers beyond it keep their experts in host memory and compute them on the CPU
-    (``host_threads``). ``device`` defaults to the current CUDA device, else the CPU.
+    (``host_threads``; ``host_stream_tokens`` as in :meth:`mxmoe.MoE.from_tensors`). ``device``
+    defaults to the current CUDA device, else the CPU.
     """
     from transformers import AutoConfig, GenerationConfig, GptOssForCausalLM
     from safetensors import safe_open
@@ -155,7 +160,8 @@ def load_gpt_oss(path, *, device=None, dtype=torch.bfloat16, max_device_bytes=No
         model = GptOssForCausalLM(config).to(dtype)
     layers = model.model.layers
     moes = load_layers(path, list(range(len(layers))), backend=backend, device=device, progress=progress,
-                       max_device_bytes=max_device_bytes, host_threads=host_threads)
+                       max_device_bytes=max_device_bytes, host_threads=host_threads,
+                       host_stream_tokens=host_stream_tokens)
     for layer, moe in zip(layers, moes):
         layer.mlp = GptOssMoE(moe)
     model.to_empty(device=device)
