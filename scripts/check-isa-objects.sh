@@ -16,7 +16,11 @@ for obj in "${objects[@]}"; do
   case "$obj" in *cpu_*_kernels.cpp.o) ;; *) continue ;; esac
   isa=$(basename "$obj" .cpp.o); isa=${isa#cpu_}; isa=${isa%_kernels}
   [ "$isa" = avx512vnni ] && isa=avx512_vnni
-  globals=$(nm -C --defined-only --extern-only "$obj" | awk '{ $1 = ""; $2 = ""; sub(/^  /, ""); print }')
+  # DW.ref.__gxx_personality_v0 is data, not code: the address of the C++
+  # unwinder's routine, which an object with a thread_local destructor
+  # (cpu_amx_kernels.cpp's packing buffer) refers to the same in every object.
+  globals=$(nm -C --defined-only --extern-only "$obj" | awk '{ $1 = ""; $2 = ""; sub(/^  /, ""); print }' |
+    grep -vx 'DW.ref.__gxx_personality_v0')
   if [ "$globals" != "mxmoe::cpu::${isa}_kernels()" ]; then
     echo "$obj defines, besides or instead of mxmoe::cpu::${isa}_kernels():"
     echo "$globals"
@@ -24,5 +28,5 @@ for obj in "${objects[@]}"; do
   fi
   checked=$((checked + 1))
 done
-[ "$checked" -eq 4 ] || { echo "expected the 4 CPU kernel paths' objects, found $checked"; exit 1; }
+[ "$checked" -eq 5 ] || { echo "expected the 5 CPU kernel paths' objects, found $checked"; exit 1; }
 echo "the $checked CPU kernel paths' objects each define only their kernel table"

@@ -140,6 +140,51 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, CpuPaths, ::testing::ValuesIn(cases()), case_name);
 
+// The amx path's tile multiplies take an expert's rows 16 at a time, 64 to a
+// packed chunk, from cpu::kAmxMinRows rows: every pair on one expert at row
+// counts around those edges (and below the threshold, where its experts take
+// avx512_vnni's chains), then rows spread over experts. Bit for bit the
+// avx512_vnni path, and within the reference's bounds.
+TEST(AmxPath, RowCountsAroundTilesAndChunksGiveAvx512VnniBits) {
+  if (!cpu_isa_supported(CpuIsa::kAmx))
+    GTEST_SKIP() << "this CPU lacks " << cpu_isa_features(CpuIsa::kAmx) << ": the amx path is not run here";
+  struct AmxCase {
+    MoeShape shape;
+    int64_t tokens;
+    RouteMode mode;
+  };
+  std::vector<AmxCase> amx_cases;
+  for (int64_t T : {1, 3, 4, 5, 15, 16, 17, 63, 64, 65, 129})
+    amx_cases.push_back({{3, 320, 736, 1}, T, RouteMode::kRepeatedExpert});
+  amx_cases.push_back({kShard, 129, RouteMode::kRandom});
+  amx_cases.push_back({kNarrow, 97, RouteMode::kFewExperts});
+  amx_cases.push_back({kGptOss, 40, RouteMode::kRouter});
+  for (const AmxCase& c : amx_cases) {
+    const uint64_t seed = 9100 + uint64_t(c.tokens) + uint64_t(c.shape.intermediate);
+    SCOPED_TRACE(::testing::Message() << "T " << c.tokens << " I " << c.shape.intermediate << " "
+                                      << testing::route_mode_name(c.mode) << ", seed " << seed);
+    const MoeWeights w = make_random_weights(c.shape, seed);
+    const Input x = make_input(c.tokens * c.shape.hidden, seed + 1);
+    std::optional<Routing> routing;
+    if (c.mode != RouteMode::kRouter) routing = testing::make_test_routing(c.mode, c.tokens, c.shape, seed + 2);
+    const RoutingView rv = routing ? routing->view() : RoutingView{};
+    std::vector<float> ref(x.values.size());
+    ASSERT_TRUE(reference_forward(w.view(), x.values.data(), c.tokens, routing ? &rv : nullptr, ref.data(),
+                                  {.fp64 = true})
+                    .ok());
+    ASSERT_GT(testing::l2_norm(ref), 0.0);
+    std::unique_ptr<cpu::CpuMoe> amx, vnni;
+    ASSERT_TRUE(cpu::CpuMoe::create(w.view(), CpuIsa::kAmx, &amx).ok());
+    ASSERT_TRUE(cpu::CpuMoe::create(w.view(), CpuIsa::kAvx512Vnni, &vnni).ok());
+    const Routing* r = routing ? &*routing : nullptr;
+    for (int threads : {1, 0}) {
+      const std::vector<float> y = run(*amx, x, c.tokens, r, OutputDtype::kFp32, threads);
+      EXPECT_LE(testing::rel_l2(y, ref), 1e-4);
+      EXPECT_EQ(y, run(*vnni, x, c.tokens, r, OutputDtype::kFp32, threads)) << threads << " threads (0: all)";
+    }
+  }
+}
+
 std::unique_ptr<cpu::CpuMoe> best(const MoeWeights& w) {
   std::unique_ptr<cpu::CpuMoe> moe;
   EXPECT_TRUE(cpu::CpuMoe::create(w.view(), supported_isas().front(), &moe).ok());
@@ -254,7 +299,7 @@ TEST(CpuIsaChoice, BestPathByDefaultAndTheEnvironmentForcesOne) {
     testing::ScopedEnv env("MXMOE_CPU_ISA", "avx1024");
     const Status st = choose_cpu_isa(&isa, &why);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("avx512_vnni, avx512, avx2, scalar"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("amx, avx512_vnni, avx512, avx2, scalar"), std::string::npos) << st.message();
   }
   EXPECT_TRUE(cpu_isa_supported(CpuIsa::kScalar));
   for (CpuIsa i : kAllCpuIsas) EXPECT_EQ(parse_cpu_isa(cpu_isa_name(i)), i);

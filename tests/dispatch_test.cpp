@@ -408,7 +408,7 @@ TEST(Dispatch, CpuKernelsAreNamedAndABadPathPassesToTheReference) {
   ASSERT_TRUE(choose_backend(in, &r).ok());
   EXPECT_EQ(r.reason, "cpu: portable needs a GPU; no CUDA device visible; the CPU kernels run on this CPU: avx2 "
                       "kernels (forced by MXMOE_CPU_ISA)");
-  in.cpu_kernels = "MXMOE_CPU_ISA=avx1024 names no cpu kernel path (avx512_vnni, avx512, avx2, scalar)";
+  in.cpu_kernels = "MXMOE_CPU_ISA=avx1024 names no cpu kernel path (amx, avx512_vnni, avx512, avx2, scalar)";
   in.cpu_kernels_ok = false;
   ASSERT_TRUE(choose_backend(in, &r).ok());
   EXPECT_EQ(r.backend, BackendKind::kReference);

@@ -1,5 +1,7 @@
 // The cpu backend's kernel paths, one per instruction set, chosen at run time
 // by the CPU's features (best first):
+//   amx          avx512_vnni plus AMX-INT8: an expert with several tokens
+//                has its sums computed by tile multiplies (tdpbsud)
 //   avx512_vnni  AVX-512 F + BW + VNNI: u8 x s8 dot products (vpdpbusd)
 //   avx512       AVX-512 F + BW: the same sums by vpmaddubsw + vpmaddwd
 //   avx2         AVX2 + FMA: as avx512 on 256-bit vectors
@@ -17,10 +19,10 @@
 
 namespace mxmoe {
 
-enum class CpuIsa { kAvx512Vnni, kAvx512, kAvx2, kScalar };
-inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::kAvx512Vnni, CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kScalar};
+enum class CpuIsa { kAmx, kAvx512Vnni, kAvx512, kAvx2, kScalar };
+inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::kAmx, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kScalar};
 
-const char* cpu_isa_name(CpuIsa isa);                  // "avx512_vnni", "avx512", "avx2", "scalar"
+const char* cpu_isa_name(CpuIsa isa);                  // "amx", "avx512_vnni", "avx512", "avx2", "scalar"
 std::optional<CpuIsa> parse_cpu_isa(std::string_view name);
 const char* cpu_isa_features(CpuIsa isa);              // "AVX-512 F, BW and VNNI", ...
 // Whether this CPU (and the OS, which must save the vector registers) has

@@ -1,5 +1,7 @@
 // Which kernel path this CPU runs (include/mxmoe/cpu.h).
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +14,7 @@ namespace mxmoe {
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
+    case CpuIsa::kAmx: return "amx";
     case CpuIsa::kAvx512Vnni: return "avx512_vnni";
     case CpuIsa::kAvx512: return "avx512";
     case CpuIsa::kAvx2: return "avx2";
@@ -28,6 +31,7 @@ std::optional<CpuIsa> parse_cpu_isa(std::string_view name) {
 
 const char* cpu_isa_features(CpuIsa isa) {
   switch (isa) {
+    case CpuIsa::kAmx: return "AVX-512 F, BW and VNNI, and AMX-INT8 (tiles enabled by the OS)";
     case CpuIsa::kAvx512Vnni: return "AVX-512 F, BW and VNNI";
     case CpuIsa::kAvx512: return "AVX-512 F and BW";
     case CpuIsa::kAvx2: return "AVX2 and FMA";
@@ -36,11 +40,29 @@ const char* cpu_isa_features(CpuIsa isa) {
   return "?";
 }
 
+namespace {
+
+// Linux (5.16 on) lets a process use AMX's 8 KiB of tile state only after it
+// asks (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), once for all
+// its threads; a tile instruction without that leave is SIGILL.
+bool amx_tiles_permitted() {
+  static const bool permitted = [] {
+    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+  }();
+  return permitted;
+}
+
+}  // namespace
+
 bool cpu_isa_supported(CpuIsa isa) {
   // libgcc's cpuid reading also checks (XGETBV) that the OS saves the AVX
   // and AVX-512 register state.
   __builtin_cpu_init();
   switch (isa) {
+    case CpuIsa::kAmx:
+      return cpu_isa_supported(CpuIsa::kAvx512Vnni) && __builtin_cpu_supports("amx-tile") &&
+             __builtin_cpu_supports("amx-int8") && amx_tiles_permitted();
     case CpuIsa::kAvx512Vnni:
       return cpu_isa_supported(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512vnni");
     case CpuIsa::kAvx512:
@@ -58,7 +80,7 @@ Status choose_cpu_isa(CpuIsa* out, std::string* why) {
     const std::optional<CpuIsa> forced = parse_cpu_isa(env);
     if (!forced)
       return Status::InvalidArgument(fmt::format(
-          "MXMOE_CPU_ISA={} names no cpu kernel path (avx512_vnni, avx512, avx2, scalar)", env));
+          "MXMOE_CPU_ISA={} names no cpu kernel path (amx, avx512_vnni, avx512, avx2, scalar)", env));
     if (!cpu_isa_supported(*forced))
       return Status::Unsupported(fmt::format("MXMOE_CPU_ISA={}: this CPU lacks {}", env, cpu_isa_features(*forced)));
     *out = *forced;

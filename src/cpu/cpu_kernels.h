@@ -111,6 +111,7 @@ struct Kernels {
 // The kernels of `isa` (which the caller has found this CPU supports).
 const Kernels& kernels_for(CpuIsa isa);
 
+const Kernels& amx_kernels();
 const Kernels& avx512_vnni_kernels();
 const Kernels& avx512_kernels();
 const Kernels& avx2_kernels();

@@ -67,6 +67,7 @@ void group_pairs(const int32_t* ids, int64_t pairs, int64_t experts, int32_t* of
 
 const Kernels& kernels_for(CpuIsa isa) {
   switch (isa) {
+    case CpuIsa::kAmx: return amx_kernels();
     case CpuIsa::kAvx512Vnni: return avx512_vnni_kernels();
     case CpuIsa::kAvx512: return avx512_kernels();
     case CpuIsa::kAvx2: return avx2_kernels();

@@ -16,6 +16,15 @@ inline constexpr int64_t kStreamRows = 1;
 
 inline int64_t item_cost(int64_t rows) { return kStreamRows + rows; }
 
+// Whether the amx path computes an expert's block sums with tile multiplies
+// (cpu_amx_kernels.cpp): from this many rows (tokens) of the expert. Below,
+// its rows take avx512_vnni's vpdpbusd chains, which at one or two rows cost
+// less than a tile multiply's fixed work (decoded weights stored and loaded,
+// two 16 x 16 sums stored and read back for every block).
+inline constexpr int64_t kAmxMinRows = 4;
+
+inline bool amx_tiles_pay(int64_t rows) { return rows >= kAmxMinRows; }
+
 // Items [begin, end) of expert `expert`.
 struct Span {
   int64_t expert, begin, end;

@@ -10,7 +10,7 @@ import mxmoe
 from test_moe import E, H, K, SEED, layer_tensors, make_moe, rel_l2
 from tiny_gpt_oss import reference_mlp
 
-PATHS = ["avx512_vnni", "avx512", "avx2", "scalar"]
+PATHS = ["amx", "avx512_vnni", "avx512", "avx2", "scalar"]
 
 
 @pytest.fixture(scope="module")
