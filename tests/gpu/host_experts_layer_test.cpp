@@ -6,7 +6,8 @@
 // replayed on new inputs, two streams in an event order, the pointer and
 // option checks, and load_layers' split of a checkpoint under a device budget.
 // Forwards that stream the experts to the GPU: against that GPU's own layer,
-// bitwise, eager and from a graph.
+// bitwise, eager and from a graph, and a stream built for the portable
+// kernels against the portable layer.
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -27,6 +28,9 @@ TEST(HostExpertsLayer, NotBuilt) { GTEST_SKIP() << "GPU test skipped: this build
 #include <cuda_runtime.h>
 
 #include "mxmoe/allocator.h"
+#include "cpu/cpu_moe.h"
+#include "cuda/common/host_experts_stream.h"
+#include "cuda/common/layer_device.h"
 #include "support/counting_allocator.h"
 #include "support/gpu_layers.h"
 #include "support/safetensors_writer.h"
@@ -376,6 +380,47 @@ TEST(HostExpertsLayer, StreamedForwardsHaveTheGpuLayersBits) {
           EXPECT_EQ(got, cpu_forward(*cpu, x, T, routed ? &r : nullptr, dt));
           continue;
         }
+        call.put(x, &r, stream.s);
+        Dev gws(std::max<size_t>(gpu->forward_workspace_bytes(T), 1));
+        ASSERT_TRUE(gpu->forward(call.args(routed), gws.p, gpu->forward_workspace_bytes(T), stream.s).ok());
+        EXPECT_EQ(got, call.get(stream.s));
+      }
+  }
+}
+
+// Streams feed the portable kernels too (what SM80-89 take, where dispatch
+// picks them, and what an SM90 layer never streams to): a stream built for
+// them gives the portable device layer's bits.
+TEST(HostExpertsLayer, StreamedToThePortableKernelsHasThePortableLayersBits) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  for (const MoeShape& s : {MoeShape{8, 160, 96, 2}, MoeShape{32, 2880, 384, 4}, MoeShape{5, 2880, 2880, 2}}) {
+    const MoeWeights w = make_random_weights(s, 181);
+    std::unique_ptr<MoeLayer> gpu;
+    Status st = MoeLayer::create(w.view(), {.backend = "portable", .device = 0}, &gpu);
+    ASSERT_TRUE(st.ok()) << st.message();
+    std::unique_ptr<cpu::CpuMoe> moe;
+    ASSERT_TRUE(cpu::CpuMoe::create(w.view(), &moe).ok());
+    std::unique_ptr<smxx::ExpertStream> experts;
+    st = smxx::ExpertStream::create(BackendKind::kPortable, *moe, &experts);
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(experts->backend(), BackendKind::kPortable);
+    Stream stream;
+    for (const int64_t T : {int64_t(1), int64_t(3), int64_t(129)})
+      for (const bool routed : {true, false}) {
+        const OutputDtype dt = T == 3 ? OutputDtype::kFp32 : OutputDtype::kBf16;
+        const uint64_t seed = uint64_t(s.experts * 100 + T + 7);
+        SCOPED_TRACE(testing::describe_case(s, T, testing::RouteMode::kRandom) +
+                     (routed ? " caller routing" : " router") + " seed=" + std::to_string(seed));
+        const std::vector<uint16_t> x = random_bf16(size_t(T * s.hidden), seed);
+        const Routing r = make_random_routing(T, s.experts, s.topk, seed + 1);
+        DeviceCall call(T, s, T == 129 ? 8 : 0, dt);
+        call.put(x, &r, stream.s);
+        const size_t bytes = experts->workspace_bytes(T);
+        Dev ws(bytes);
+        st = experts->forward(smxx::forward_args_of(call.args(routed)), ws.p, bytes, stream.s);
+        ASSERT_TRUE(st.ok()) << st.message();
+        const std::vector<uint8_t> got = call.get(stream.s);
+        EXPECT_GT(testing::l2_norm(as_floats(got, dt)), 0.0);
         call.put(x, &r, stream.s);
         Dev gws(std::max<size_t>(gpu->forward_workspace_bytes(T), 1));
         ASSERT_TRUE(gpu->forward(call.args(routed), gws.p, gpu->forward_workspace_bytes(T), stream.s).ok());
