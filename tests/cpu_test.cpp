@@ -81,22 +81,37 @@ std::vector<float> run(const cpu::CpuMoe& moe, const Input& x, int64_t T, const 
   return y32;
 }
 
+// A case's weights, x, routing (none where the router routes) and the fp64
+// reference's y, all from `seed`.
+struct CaseData {
+  MoeWeights w;
+  Input x;
+  std::optional<Routing> routing;
+  std::vector<float> ref;
+  const Routing* r() const { return routing ? &*routing : nullptr; }
+};
+CaseData make_case_data(const Case& c, uint64_t seed) {
+  CaseData d{make_random_weights(c.shape, seed), make_input(c.tokens * c.shape.hidden, seed + 1), std::nullopt, {}};
+  if (c.mode != RouteMode::kRouter) d.routing = testing::make_test_routing(c.mode, c.tokens, c.shape, seed + 2);
+  const RoutingView rv = d.routing ? d.routing->view() : RoutingView{};
+  d.ref.resize(d.x.values.size());
+  const Status st = reference_forward(d.w.view(), d.x.values.data(), c.tokens, d.routing ? &rv : nullptr,
+                                      d.ref.data(), {.fp64 = true});
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_GT(testing::l2_norm(d.ref), 0.0);
+  return d;
+}
+
 class CpuPaths : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CpuPaths, MatchTheReferenceAndEachOther) {
   const Case& c = GetParam();
   const uint64_t seed = 7000 + uint64_t(c.tokens) + uint64_t(c.shape.hidden) + uint64_t(c.shape.intermediate);
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  const MoeWeights w = make_random_weights(c.shape, seed);
-  const Input x = make_input(c.tokens * c.shape.hidden, seed + 1);
-  std::optional<Routing> routing;
-  if (c.mode != RouteMode::kRouter) routing = testing::make_test_routing(c.mode, c.tokens, c.shape, seed + 2);
-  const RoutingView rv = routing ? routing->view() : RoutingView{};
-  std::vector<float> ref(x.values.size());
-  ASSERT_TRUE(reference_forward(w.view(), x.values.data(), c.tokens, routing ? &rv : nullptr, ref.data(),
-                                {.fp64 = true})
-                  .ok());
-  ASSERT_GT(testing::l2_norm(ref), 0.0);
+  const CaseData d = make_case_data(c, seed);
+  const MoeWeights& w = d.w;
+  const Input& x = d.x;
+  const std::vector<float>& ref = d.ref;
 
   std::vector<float> first;  // the first path's fp32 y on one thread
   for (CpuIsa isa : supported_isas()) {
@@ -106,7 +121,7 @@ TEST_P(CpuPaths, MatchTheReferenceAndEachOther) {
     ASSERT_EQ(moe->isa(), isa);
     for (int threads : {1, 0}) {
       SCOPED_TRACE(threads == 1 ? "1 thread" : "all threads");
-      const Routing* r = routing ? &*routing : nullptr;
+      const Routing* r = d.r();
       const std::vector<float> y32 = run(*moe, x, c.tokens, r, OutputDtype::kFp32, threads);
       const std::vector<float> y16 = run(*moe, x, c.tokens, r, OutputDtype::kBf16, threads);
       EXPECT_LE(testing::rel_l2(y32, ref), 1e-4);
@@ -148,39 +163,24 @@ INSTANTIATE_TEST_SUITE_P(Sweep, CpuPaths, ::testing::ValuesIn(cases()), case_nam
 TEST(AmxPath, RowCountsAroundTilesAndChunksGiveAvx512VnniBits) {
   if (!cpu_isa_supported(CpuIsa::kAmx))
     GTEST_SKIP() << "this CPU lacks " << cpu_isa_features(CpuIsa::kAmx) << ": the amx path is not run here";
-  struct AmxCase {
-    MoeShape shape;
-    int64_t tokens;
-    RouteMode mode;
-  };
-  std::vector<AmxCase> amx_cases;
+  std::vector<Case> amx_cases;
   for (int64_t T : {1, 3, 4, 5, 15, 16, 17, 63, 64, 65, 129})
     amx_cases.push_back({{3, 320, 736, 1}, T, RouteMode::kRepeatedExpert});
   amx_cases.push_back({kShard, 129, RouteMode::kRandom});
   amx_cases.push_back({kNarrow, 97, RouteMode::kFewExperts});
   amx_cases.push_back({kGptOss, 40, RouteMode::kRouter});
-  for (const AmxCase& c : amx_cases) {
+  for (const Case& c : amx_cases) {
     const uint64_t seed = 9100 + uint64_t(c.tokens) + uint64_t(c.shape.intermediate);
     SCOPED_TRACE(::testing::Message() << "T " << c.tokens << " I " << c.shape.intermediate << " "
                                       << testing::route_mode_name(c.mode) << ", seed " << seed);
-    const MoeWeights w = make_random_weights(c.shape, seed);
-    const Input x = make_input(c.tokens * c.shape.hidden, seed + 1);
-    std::optional<Routing> routing;
-    if (c.mode != RouteMode::kRouter) routing = testing::make_test_routing(c.mode, c.tokens, c.shape, seed + 2);
-    const RoutingView rv = routing ? routing->view() : RoutingView{};
-    std::vector<float> ref(x.values.size());
-    ASSERT_TRUE(reference_forward(w.view(), x.values.data(), c.tokens, routing ? &rv : nullptr, ref.data(),
-                                  {.fp64 = true})
-                    .ok());
-    ASSERT_GT(testing::l2_norm(ref), 0.0);
+    const CaseData d = make_case_data(c, seed);
     std::unique_ptr<cpu::CpuMoe> amx, vnni;
-    ASSERT_TRUE(cpu::CpuMoe::create(w.view(), CpuIsa::kAmx, &amx).ok());
-    ASSERT_TRUE(cpu::CpuMoe::create(w.view(), CpuIsa::kAvx512Vnni, &vnni).ok());
-    const Routing* r = routing ? &*routing : nullptr;
+    ASSERT_TRUE(cpu::CpuMoe::create(d.w.view(), CpuIsa::kAmx, &amx).ok());
+    ASSERT_TRUE(cpu::CpuMoe::create(d.w.view(), CpuIsa::kAvx512Vnni, &vnni).ok());
     for (int threads : {1, 0}) {
-      const std::vector<float> y = run(*amx, x, c.tokens, r, OutputDtype::kFp32, threads);
-      EXPECT_LE(testing::rel_l2(y, ref), 1e-4);
-      EXPECT_EQ(y, run(*vnni, x, c.tokens, r, OutputDtype::kFp32, threads)) << threads << " threads (0: all)";
+      const std::vector<float> y = run(*amx, d.x, c.tokens, d.r(), OutputDtype::kFp32, threads);
+      EXPECT_LE(testing::rel_l2(y, d.ref), 1e-4);
+      EXPECT_EQ(y, run(*vnni, d.x, c.tokens, d.r(), OutputDtype::kFp32, threads)) << threads << " threads (0: all)";
     }
   }
 }

@@ -180,20 +180,36 @@ struct TileScope {
   ~TileScope() { _tile_release(); }
 };
 
-void gemm1(const Gemm1Args& a, const ExpertRows& r, int64_t c0, int64_t c1) {
-  uint8_t* buffer = amx_tiles_pay(r.count) ? packing_buffer(a.x.k) : nullptr;
-  if (!buffer) return Vnni::gemm1(a, r, c0, c1);
+// Calls f(p, n0, n) for each chunk of the expert's rows [n0, n0 + n),
+// packed from q (row rows.pairs[i] / row_divisor), with the tiles
+// configured. False, with nothing done, where the tiles do not pay for this
+// expert or the thread has no packing buffer: the caller runs avx512_vnni's.
+template <class Fn>
+bool for_each_chunk(const QuantRows& q, const ExpertRows& r, int64_t row_divisor, Fn f) {
+  uint8_t* buffer = amx_tiles_pay(r.count) ? packing_buffer(q.k) : nullptr;
+  if (!buffer) return false;
   const TileScope tiles;
-  const int64_t e = r.expert;
   for (int64_t n0 = 0; n0 < r.count; n0 += kChunkRows) {
     const int64_t n = std::min<int64_t>(kChunkRows, r.count - n0);
-    const Packed p = pack_rows(buffer, a.x, r.pairs + n0, n, a.topk);
+    f(pack_rows(buffer, q, r.pairs + n0, n, row_divisor), n0, n);
+  }
+  return true;
+}
+
+// The tiles of a chunk of n rows: tile t holds rows 16t .. 16t + live - 1.
+template <class Fn>
+void for_each_tile(int64_t n, Fn f) {
+  for (int tile = 0; tile * kTileRows < n; ++tile) f(tile, int(std::min<int64_t>(kTileRows, n - tile * kTileRows)));
+}
+
+void gemm1(const Gemm1Args& a, const ExpertRows& r, int64_t c0, int64_t c1) {
+  const int64_t e = r.expert;
+  const bool tiled = for_each_chunk(a.x, r, a.topk, [&](const Packed& p, int64_t n0, int64_t n) {
     for (int64_t c = c0; c < c1; ++c) {
       const uint16_t* bias = a.b13 + e * a.b13_stride + 64 * c;
       const F gate_bias[2] = {Ops::load_bf16(bias), Ops::load_bf16(bias + 32)};
       const F up_bias[2] = {Ops::load_bf16(bias + 16), Ops::load_bf16(bias + 48)};
-      for (int tile = 0; tile * kTileRows < n; ++tile) {
-        const int live = int(std::min<int64_t>(kTileRows, n - tile * kTileRows));
+      for_each_tile(n, [&](int tile, int live) {
         F h[4][kTileRows];  // gate, up of columns 32c + [0, 16), then of 32c + [16, 32)
         for (int g = 0; g < 4; ++g)
           dot_tile_rows(live, a.w13.group_codes(e, 4 * c + g), a.w13.group_scales(e, 4 * c + g), a.w13.blocks, p,
@@ -205,30 +221,26 @@ void gemm1(const Gemm1Args& a, const ExpertRows& r, int64_t c0, int64_t c1) {
                                      Ops::add(h[2 * half + 1][i], up_bias[half]), a.swiglu);
           Vnni::quantize_block(act[0], act[1], a.a, r.pairs[n0 + tile * kTileRows + i], c);
         }
-      }
+      });
     }
-  }
+  });
+  if (!tiled) Vnni::gemm1(a, r, c0, c1);
 }
 
 void gemm2(const Gemm2Args& a, const ExpertRows& r, int64_t g0, int64_t g1) {
-  uint8_t* buffer = amx_tiles_pay(r.count) ? packing_buffer(a.a.k) : nullptr;
-  if (!buffer) return Vnni::gemm2(a, r, g0, g1);
-  const TileScope tiles;
   const int64_t e = r.expert;
-  for (int64_t n0 = 0; n0 < r.count; n0 += kChunkRows) {
-    const int64_t n = std::min<int64_t>(kChunkRows, r.count - n0);
-    const Packed p = pack_rows(buffer, a.a, r.pairs + n0, n, 1);
+  const bool tiled = for_each_chunk(a.a, r, 1, [&](const Packed& p, int64_t n0, int64_t n) {
     for (int64_t g = g0; g < g1; ++g) {
       const F bias = Ops::load_bf16(a.b2 + e * a.b2_stride + 16 * g);
-      for (int tile = 0; tile * kTileRows < n; ++tile) {
-        const int live = int(std::min<int64_t>(kTileRows, n - tile * kTileRows));
+      for_each_tile(n, [&](int tile, int live) {
         F o[kTileRows];
         dot_tile_rows(live, a.w2.group_codes(e, g), a.w2.group_scales(e, g), a.w2.blocks, p, tile, o);
         for (int i = 0; i < live; ++i)
           Ops::storeu(a.out + r.pairs[n0 + tile * kTileRows + i] * a.out_stride + 16 * g, Ops::add(o[i], bias));
-      }
+      });
     }
-  }
+  });
+  if (!tiled) Vnni::gemm2(a, r, g0, g1);
 }
 
 constexpr Kernels kKernels{CpuIsa::kAmx, &Vnni::quantize_bf16, &Vnni::router, &gemm1, &gemm2, &Vnni::combine};

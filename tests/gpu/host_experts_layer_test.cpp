@@ -340,6 +340,15 @@ TEST(HostExpertsLayer, TwoStreamsInAnEventOrder) {
 // caller's routing or the router, both y dtypes, several chunks of experts
 // (13 MB an expert at H = I = 2880, 64 MB a chunk) and an odd expert count;
 // replayed from a graph on new inputs; below it the CPU computes.
+// The same inputs (x, r) through `gpu`'s own forward give `got`'s bits.
+void expect_gpu_layer_bits(const MoeLayer& gpu, DeviceCall& call, const std::vector<uint16_t>& x, const Routing& r,
+                           bool routed, const std::vector<uint8_t>& got, cudaStream_t stream) {
+  call.put(x, &r, stream);
+  Dev ws(std::max<size_t>(gpu.forward_workspace_bytes(call.T), 1));
+  ASSERT_TRUE(gpu.forward(call.args(routed), ws.p, gpu.forward_workspace_bytes(call.T), stream).ok());
+  EXPECT_EQ(got, call.get(stream));
+}
+
 TEST(HostExpertsLayer, StreamedForwardsHaveTheGpuLayersBits) {
   MXMOE_SKIP_WITHOUT_GPU();
   for (const MoeShape& s : {MoeShape{8, 160, 96, 2}, MoeShape{32, 2880, 384, 4}, MoeShape{8, 2880, 2880, 4},
@@ -380,10 +389,7 @@ TEST(HostExpertsLayer, StreamedForwardsHaveTheGpuLayersBits) {
           EXPECT_EQ(got, cpu_forward(*cpu, x, T, routed ? &r : nullptr, dt));
           continue;
         }
-        call.put(x, &r, stream.s);
-        Dev gws(std::max<size_t>(gpu->forward_workspace_bytes(T), 1));
-        ASSERT_TRUE(gpu->forward(call.args(routed), gws.p, gpu->forward_workspace_bytes(T), stream.s).ok());
-        EXPECT_EQ(got, call.get(stream.s));
+        expect_gpu_layer_bits(*gpu, call, x, r, routed, got, stream.s);
       }
   }
 }
@@ -421,10 +427,7 @@ TEST(HostExpertsLayer, StreamedToThePortableKernelsHasThePortableLayersBits) {
         ASSERT_TRUE(st.ok()) << st.message();
         const std::vector<uint8_t> got = call.get(stream.s);
         EXPECT_GT(testing::l2_norm(as_floats(got, dt)), 0.0);
-        call.put(x, &r, stream.s);
-        Dev gws(std::max<size_t>(gpu->forward_workspace_bytes(T), 1));
-        ASSERT_TRUE(gpu->forward(call.args(routed), gws.p, gpu->forward_workspace_bytes(T), stream.s).ok());
-        EXPECT_EQ(got, call.get(stream.s));
+        expect_gpu_layer_bits(*gpu, call, x, r, routed, got, stream.s);
       }
   }
 }
@@ -441,7 +444,7 @@ TEST(HostExpertsLayer, StreamedForwardsReplayFromAGraphAndCheckTheirWorkspace) {
   const int64_t T = 33;
   DeviceCall call(T, s, 0, OutputDtype::kBf16);
   const size_t bytes = host->forward_workspace_bytes(T);
-  Dev ws(bytes), gws(std::max<size_t>(gpu->forward_workspace_bytes(T), 1));
+  Dev ws(bytes);
   // Too small, or host memory: refused before anything is enqueued.
   Status st = host->forward(call.args(true), ws.p, bytes - 256, stream.s);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
@@ -462,9 +465,7 @@ TEST(HostExpertsLayer, StreamedForwardsReplayFromAGraphAndCheckTheirWorkspace) {
     ASSERT_EQ(cudaGraphLaunch(exec, stream.s), cudaSuccess);
     const std::vector<uint8_t> got = call.get(stream.s);
     EXPECT_GT(testing::l2_norm(as_floats(got, OutputDtype::kBf16)), 0.0);
-    call.put(x, &r, stream.s);
-    ASSERT_TRUE(gpu->forward(call.args(true), gws.p, gpu->forward_workspace_bytes(T), stream.s).ok());
-    EXPECT_EQ(got, call.get(stream.s));
+    expect_gpu_layer_bits(*gpu, call, x, r, true, got, stream.s);
   }
   cudaGraphExecDestroy(exec);
 }
