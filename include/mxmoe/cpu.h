@@ -1,7 +1,8 @@
 // The cpu backend's kernel paths, one per instruction set, chosen at run time
 // by the CPU's features (best first):
 //   amx          avx512_vnni plus AMX-INT8: an expert with several tokens
-//                has its sums computed by tile multiplies (tdpbsud)
+//                has its sums computed by tile multiplies (tdpbsud); taken
+//                only where MXMOE_CPU_ISA asks (cpu_isa_chosen_by_default)
 //   avx512_vnni  AVX-512 F + BW + VNNI: u8 x s8 dot products (vpdpbusd)
 //   avx512       AVX-512 F + BW: the same sums by vpmaddubsw + vpmaddwd
 //   avx2         AVX2 + FMA: as avx512 on 256-bit vectors
@@ -28,10 +29,15 @@ const char* cpu_isa_features(CpuIsa isa);              // "AVX-512 F, BW and VNN
 // Whether this CPU (and the OS, which must save the vector registers) has
 // the path's features.
 bool cpu_isa_supported(CpuIsa isa);
+// Whether the cpu backend takes this path by itself where the CPU supports
+// it. Every path but amx: its tile multiplies have not run on a CPU with AMX
+// in this project's tests (tests/cpu_test.cpp's AmxPath), so it runs only
+// where MXMOE_CPU_ISA=amx asks for it.
+bool cpu_isa_chosen_by_default(CpuIsa isa);
 
 // The path the cpu backend runs: MXMOE_CPU_ISA's when set (InvalidArgument
 // for an unknown name, Unsupported where this CPU lacks its features), else
-// the best this CPU supports. `why` says which and why, in one phrase.
+// the best this CPU supports of those chosen by default. `why` says which and why, in one phrase.
 Status choose_cpu_isa(CpuIsa* out, std::string* why);
 
 // This CPU's model name (/proc/cpuinfo), e.g. "AMD EPYC 9454"; "unknown CPU"

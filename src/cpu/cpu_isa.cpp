@@ -74,6 +74,8 @@ bool cpu_isa_supported(CpuIsa isa) {
   return false;
 }
 
+bool cpu_isa_chosen_by_default(CpuIsa isa) { return isa != CpuIsa::kAmx; }
+
 Status choose_cpu_isa(CpuIsa* out, std::string* why) {
   const char* env = std::getenv("MXMOE_CPU_ISA");
   if (env && *env) {
@@ -88,7 +90,7 @@ Status choose_cpu_isa(CpuIsa* out, std::string* why) {
     return Status::Ok();
   }
   for (CpuIsa isa : kAllCpuIsas)
-    if (cpu_isa_supported(isa)) {
+    if (cpu_isa_chosen_by_default(isa) && cpu_isa_supported(isa)) {
       *out = isa;
       if (why)
         *why = isa == CpuIsa::kScalar ? "scalar kernels (this CPU has no AVX2 + FMA)"
@@ -112,7 +114,8 @@ std::string cpu_model_name() {
 std::string describe_cpu() {
   std::string paths;
   for (CpuIsa isa : kAllCpuIsas)
-    paths += fmt::format("{}{} {}", paths.empty() ? "" : ", ", cpu_isa_name(isa), cpu_isa_supported(isa) ? "yes" : "no");
+    paths += fmt::format("{}{} {}{}", paths.empty() ? "" : ", ", cpu_isa_name(isa), cpu_isa_supported(isa) ? "yes" : "no",
+                         cpu_isa_chosen_by_default(isa) ? "" : " (only where MXMOE_CPU_ISA asks)");
   CpuIsa isa;
   std::string why;
   const Status st = choose_cpu_isa(&isa, &why);
