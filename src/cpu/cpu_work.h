@@ -18,9 +18,11 @@ inline int64_t item_cost(int64_t rows) { return kStreamRows + rows; }
 
 // Whether the amx path computes an expert's block sums with tile multiplies
 // (cpu_amx_kernels.cpp): from this many rows (tokens) of the expert. Below,
-// its rows take avx512_vnni's vpdpbusd chains, which at one or two rows cost
-// less than a tile multiply's fixed work (decoded weights stored and loaded,
-// two 16 x 16 sums stored and read back for every block).
+// its rows take avx512_vnni's vpdpbusd chains. Set from instruction counts,
+// not a measurement: a block of a 16-row group costs avx512_vnni 19.2 cycles
+// a token (cpu_avx512vnni_ops.h); the tiles about 40 cycles of fixed work
+// (the decoded weights stored and loaded, two tdpbsud, two 16 x 16 sums
+// stored) and 7 instructions a token, so they pay from 3 or 4 rows.
 inline constexpr int64_t kAmxMinRows = 4;
 
 inline bool amx_tiles_pay(int64_t rows) { return rows >= kAmxMinRows; }
