@@ -37,7 +37,8 @@ bool cpu_isa_chosen_by_default(CpuIsa isa);
 
 // The path the cpu backend runs: MXMOE_CPU_ISA's when set (InvalidArgument
 // for an unknown name, Unsupported where this CPU lacks its features), else
-// the best this CPU supports of those chosen by default. `why` says which and why, in one phrase.
+// the best this CPU supports of those chosen by default. `why` says which
+// and why, in one phrase.
 Status choose_cpu_isa(CpuIsa* out, std::string* why);
 
 // This CPU's model name (/proc/cpuinfo), e.g. "AMD EPYC 9454"; "unknown CPU"
