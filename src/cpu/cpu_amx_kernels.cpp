@@ -134,8 +134,7 @@ void dot_group_tiles(const uint8_t* codes, const uint8_t* scales, int64_t blocks
 #pragma GCC unroll 16
   for (int i = 0; i < N; ++i) total[i] = Ops::zero();
   for (int64_t b = 0; b < blocks; ++b) {
-    for (int l = 0; l < 4; ++l) __builtin_prefetch(codes + 256 * b + Vnni::kPrefetchBytes + 64 * l, 0, 3);
-    __builtin_prefetch(scales + 16 * b + Vnni::kPrefetchBytes / 16, 0, 3);
+    Vnni::prefetch_block(codes, scales, b);
     const Ops::Block w = Ops::decode(codes + 256 * b);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) _mm512_store_si512(weights[j], w.w[j]);
@@ -154,7 +153,7 @@ void dot_group_tiles(const uint8_t* codes, const uint8_t* scales, int64_t blocks
     for (int i = 0; i < N; ++i) {
       const I h = _mm512_load_si512(sums[0][i]), l = _mm512_load_si512(sums[1][i]);
       const I s = Ops::iadd(Ops::iadd(Ops::slli<8>(h), l), Ops::iset1(corr[i * blocks + b]));
-      total[i] = Ops::fma(Ops::mul(Ops::cvt(s), Ops::set1(scale[i * blocks + b])), row_scales, total[i]);
+      total[i] = Vnni::add_block(total[i], s, scale[i * blocks + b], row_scales);
     }
   }
 #pragma GCC unroll 16

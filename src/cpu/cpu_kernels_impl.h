@@ -118,6 +118,19 @@ struct Impl {
     }
   }
 
+  // Asks for block b's codes and scales kPrefetchBytes ahead.
+  static void prefetch_block(const uint8_t* codes, const uint8_t* scales, int64_t b) {
+    for (int l = 0; l < 4; ++l) __builtin_prefetch(codes + 256 * b + kPrefetchBytes + 64 * l, 0, 3);
+    __builtin_prefetch(scales + 16 * b + kPrefetchBytes / 16, 0, 3);
+  }
+
+  // total + one block's exact integer sums times the activation's scale
+  // times the rows' weight scales: the float step of every block, the amx
+  // path's too (so that its bits are avx512_vnni's).
+  static F add_block(F total, I sums, float act_scale, F row_scales) {
+    return Ops::fma(Ops::mul(Ops::cvt(sums), Ops::set1(act_scale)), row_scales, total);
+  }
+
   // out[n] = the 16 rows of one group dotted with rows[n] over `blocks` MX
   // blocks: per block, the exact integer sum times the activation's scale
   // times the rows' weight scales, added up in fp32.
@@ -127,14 +140,13 @@ struct Impl {
 #pragma GCC unroll 16
     for (int n = 0; n < N; ++n) total[n] = Ops::zero();
     for (int64_t b = 0; b < blocks; ++b) {
-      for (int l = 0; l < 4; ++l) __builtin_prefetch(codes + 256 * b + kPrefetchBytes + 64 * l, 0, 3);
-      __builtin_prefetch(scales + 16 * b + kPrefetchBytes / 16, 0, 3);
+      prefetch_block(codes, scales, b);
       I sums[N];
       block_sums<N>(codes + 256 * b, rows, b, sums);
       const F row_scales = Ops::row_scales(scales + 16 * b);
 #pragma GCC unroll 16
       for (int n = 0; n < N; ++n)
-        total[n] = Ops::fma(Ops::mul(Ops::cvt(sums[n]), Ops::set1(rows[n].scale[b])), row_scales, total[n]);
+        total[n] = add_block(total[n], sums[n], rows[n].scale[b], row_scales);
     }
 #pragma GCC unroll 16
     for (int n = 0; n < N; ++n) out[n] = total[n];
